@@ -1,0 +1,1 @@
+"""Read-only host readers, one module per kind of resource."""

@@ -1,0 +1,1 @@
+"""Pure data: frozen dataclasses shared by every layer. No I/O is imported here."""

@@ -1,0 +1,65 @@
+"""Findings: one inventoried resource joined with the pod it belongs to."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from nodegc.model.pods import OwnerState
+from nodegc.model.resources import Kind
+
+
+class FindingClass(StrEnum):
+    IN_USE = "in_use"
+    PROTECTED = "protected"
+    ORPHANED_POD_DIR = "orphaned_pod_dir"
+    ORPHANED_VOLUME_MOUNT = "orphaned_volume_mount"
+    LEAKED_IP = "leaked_ip"
+    STALE_CNI_CACHE = "stale_cni_cache"
+    LEAKED_NETNS = "leaked_netns"
+    DANGLING_VETH = "dangling_veth"
+    LEAKED_CHAIN = "leaked_chain"
+    LEAKED_HOSTPORT_RULE = "leaked_hostport_rule"
+    CONFLICT = "conflict"
+    UNKNOWN = "unknown"
+
+    @property
+    def is_residue(self) -> bool:
+        return self not in _NOT_RESIDUE
+
+
+_NOT_RESIDUE = frozenset({FindingClass.IN_USE, FindingClass.PROTECTED, FindingClass.CONFLICT, FindingClass.UNKNOWN})
+
+
+@dataclass(frozen=True)
+class Owner:
+    uid: str | None = None
+    namespace: str | None = None
+    name: str | None = None
+    container_id: str | None = None
+
+    def label(self) -> str:
+        if self.namespace and self.name:
+            return f"{self.namespace}/{self.name}"
+        if self.uid:
+            return f"uid:{self.uid}"
+        if self.container_id:
+            return f"container:{self.container_id[:12]}"
+        return "(no owner)"
+
+
+@dataclass(frozen=True)
+class Finding:
+    cls: FindingClass
+    kind: Kind
+    id: str
+    owner: Owner
+    owner_state: OwnerState
+    evidence: tuple[str, ...]
+    netns: str | None = None
+    ip: str | None = None
+
+    @property
+    def group_key(self) -> str:
+        """Findings that belong to one pod or sandbox are shown and reclaimed together."""
+        return self.owner.uid or self.owner.container_id or f"{self.kind}:{self.id}"

@@ -1,0 +1,52 @@
+"""The desired state: pods the API says are bound to this node."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+
+
+class OwnerState(StrEnum):
+    LIVE = "live"
+    PENDING = "pending"
+    TERMINAL = "terminal"
+    ABSENT = "absent"
+    UNKNOWN = "unknown"
+
+
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+@dataclass(frozen=True)
+class Pod:
+    uid: str
+    namespace: str
+    name: str
+    node_name: str | None
+    phase: str | None
+    pod_ips: tuple[str, ...] = ()
+    host_network: bool = False
+    created_at: datetime | None = None
+    deleting: bool = False
+
+    @property
+    def state(self) -> OwnerState:
+        """Terminal only on a known terminal phase; a missing phase counts as pending, which protects."""
+        if self.phase in TERMINAL_PHASES:
+            return OwnerState.TERMINAL
+        if self.phase == "Running":
+            return OwnerState.LIVE
+        if self.phase in (None, "", "Pending"):
+            return OwnerState.PENDING
+        return OwnerState.UNKNOWN
+
+
+@dataclass(frozen=True)
+class DesiredState:
+    """Pods bound to one node as one source saw them at one time."""
+
+    node: str
+    pods: tuple[Pod, ...]
+    source: str
+    fetched_at: datetime

@@ -1,0 +1,184 @@
+"""What the inventory readers see on a node.
+
+Every record is frozen and carries the identity evidence later phases compare against
+(inode, mount id, container id), so a re-read can prove the resource is still the same one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+
+
+class Kind(StrEnum):
+    POD_DIR = "pod_dir"
+    VOLUME_MOUNT = "volume_mount"
+    IP_RESERVATION = "ip_reservation"
+    CNI_CACHE = "cni_cache"
+    NETNS = "netns"
+    VETH = "veth"
+    IPTABLES_CHAIN = "iptables_chain"
+    HOSTPORT_RULE = "hostport_rule"
+
+
+@dataclass(frozen=True)
+class ReadProblem:
+    """Something a reader could not read; the scan records it and goes on."""
+
+    kind: Kind
+    path: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Mount:
+    """One line of /proc/<pid>/mountinfo, octal escapes already decoded."""
+
+    mount_id: int
+    parent_id: int
+    device: str
+    root: str
+    mount_point: str
+    options: str
+    fs_type: str
+    source: str
+
+
+@dataclass(frozen=True)
+class VolumeDir:
+    """A volume path `pods/<uid>/volumes/<plugin>/<name>` (or a subpath bind) and its mount state."""
+
+    pod_uid: str
+    plugin: str
+    name: str
+    path: str
+    mount_id: int | None = None
+    fs_type: str | None = None
+    source: str | None = None
+    subpath: bool = False
+
+    @property
+    def mounted(self) -> bool:
+        return self.mount_id is not None
+
+
+@dataclass(frozen=True)
+class PodDir:
+    """`<kubelet root>/pods/<uid>` and what is inside it."""
+
+    uid: str
+    path: str
+    inode: int
+    mtime: float
+    volumes: tuple[VolumeDir, ...] = ()
+    plugin_dirs: tuple[str, ...] = ()
+    container_names: tuple[str, ...] = ()
+    has_etc_hosts: bool = False
+    mounts_below: tuple[int, ...] = ()
+    """Mount ids of every mount anywhere below the directory (volumes, subpaths, plugins...)."""
+
+
+@dataclass(frozen=True)
+class IPReservation:
+    """A host-local IPAM file `<cni data>/networks/<net>/<ip>`."""
+
+    network: str
+    ip: str
+    path: str
+    inode: int
+    mtime: float
+    container_id: str | None
+    ifname: str | None
+    legacy_format: bool = False
+
+
+@dataclass(frozen=True)
+class CNICacheEntry:
+    """A libcni result cache file `<cni data>/results/<net>-<cid>-<ifname>` (kind cniCacheV1)."""
+
+    path: str
+    inode: int
+    mtime: float
+    network: str
+    container_id: str
+    ifname: str
+    netns: str | None = None
+    pod_namespace: str | None = None
+    pod_name: str | None = None
+    pod_uid: str | None = None
+    infra_container_id: str | None = None
+    ips: tuple[str, ...] = ()
+    cni_args: tuple[tuple[str, str], ...] = ()
+    config_json: str | None = None
+    """The cached network configuration (decoded from base64), kept verbatim for CNI DEL."""
+    capability_args_json: str | None = None
+
+
+@dataclass(frozen=True)
+class NetnsEntry:
+    """A file in the netns directory; `ns_inode` is the namespace inode when it is still bind-mounted."""
+
+    name: str
+    path: str
+    mounted: bool
+    ns_inode: int | None = None
+    file_inode: int | None = None
+    mtime: float | None = None
+    addresses: tuple[str, ...] = ()
+    """Addresses configured inside the namespace (read only when it is mounted)."""
+
+
+@dataclass(frozen=True)
+class VethLink:
+    """A host-side veth; the peer namespace is resolved from the link's netnsid when possible."""
+
+    name: str
+    index: int
+    mac: str | None
+    master: str | None
+    peer_netnsid: int | None
+    peer_ifindex: int | None
+    peer_netns_path: str | None = None
+    peer_ns_inode: int | None = None
+
+
+@dataclass(frozen=True)
+class IptablesChain:
+    """A chain created by a CNI plugin (CNI-<hash>, CNI-DN-<hash>) with its rules and the jumps into it."""
+
+    table: str
+    name: str
+    network: str | None
+    container_id: str | None
+    rules: tuple[str, ...] = ()
+    jumps: tuple[str, ...] = ()
+    """Rules in other chains that jump to this chain (e.g. POSTROUTING or CNI-HOSTPORT-DNAT)."""
+
+
+@dataclass(frozen=True)
+class HostportRule:
+    """A rule in a CNI-HOSTPORT-* chain that names a container (the hostport DNAT and masquerade jumps)."""
+
+    table: str
+    chain: str
+    rule: str
+    network: str | None
+    container_id: str | None
+    target: str | None
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """Everything the readers saw in one scan, plus what they could not read."""
+
+    taken_at: datetime
+    pod_dirs: tuple[PodDir, ...] = ()
+    mounts: tuple[Mount, ...] = ()
+    ip_reservations: tuple[IPReservation, ...] = ()
+    cni_cache: tuple[CNICacheEntry, ...] = ()
+    netns: tuple[NetnsEntry, ...] = ()
+    veths: tuple[VethLink, ...] = ()
+    chains: tuple[IptablesChain, ...] = ()
+    hostport_rules: tuple[HostportRule, ...] = ()
+    problems: tuple[ReadProblem, ...] = field(default=())
