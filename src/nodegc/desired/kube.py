@@ -1,0 +1,131 @@
+"""Desired state from the Kubernetes API: one consistent list of the pods bound to this node.
+
+The list is paged (`limit` + `continue`, done by lightkube) so a node with many pods does not need one
+huge response, and it is filtered by the server (`fieldSelector=spec.nodeName=<node>`) so the agent
+never pulls the cluster's pods. Any failure, on any page, fails the whole fetch: a partial list would
+make the missing pods' resources look like residue.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import lightkube
+import yaml
+from lightkube.config.kubeconfig import DEFAULT_KUBECONFIG
+from lightkube.resources.core_v1 import Pod as PodResource
+from msgspec import MsgspecError
+
+from nodegc.desired.pods import pod_from_object
+from nodegc.desired.source import SourceError
+from nodegc.model.pods import DesiredState, Pod
+
+CHUNK_SIZE = 500
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class KubeSource:
+    """Lists pods through lightkube; the client is built on first use and reused (one connection pool)."""
+
+    def __init__(
+        self,
+        node: str,
+        *,
+        kubeconfig: Path | None = None,
+        client: lightkube.Client | None = None,
+        timeout: float = 10.0,
+        clock: Callable[[], datetime] = _utcnow,
+    ) -> None:
+        if not node:
+            raise ValueError("node must be a non-empty node name")
+        self.node = node
+        self.name = "kube"
+        self._kubeconfig = kubeconfig
+        self._client = client
+        self._owns_client = client is None
+        self._timeout = timeout
+        self._clock = clock
+
+    def fetch(self) -> DesiredState:
+        client = self._get_client()
+        fetched_at = self._clock()
+        objects = self._list(client)
+        pods: list[Pod] = []
+        for index, obj in enumerate(objects):
+            try:
+                pod = pod_from_object(obj)
+            except ValueError as e:
+                raise SourceError(f"pod #{index} from the API cannot be identified: {e}") from e
+            # The server filters by node; keeping only exact matches guards against a server or proxy
+            # that ignored the selector, so another node's pods are never taken for this one's.
+            if pod.node_name == self.node:
+                pods.append(pod)
+        return DesiredState(node=self.node, pods=tuple(pods), source=self.name, fetched_at=fetched_at)
+
+    def close(self) -> None:
+        if self._client is not None and self._owns_client:
+            self._client.close()
+            self._client = None
+
+    def __enter__(self) -> KubeSource:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _list(self, client: lightkube.Client) -> list[dict[str, Any]]:
+        try:
+            items = client.list(
+                PodResource,
+                namespace=lightkube.ALL_NS,
+                chunk_size=CHUNK_SIZE,
+                fields={"spec.nodeName": self.node},
+            )
+            return [item.to_dict() for item in items]
+        except lightkube.ApiError as e:
+            status = e.status
+            code = status.code if status.code is not None else e.response.status_code
+            reason = status.reason or e.response.reason_phrase
+            raise SourceError(f"listing pods of node {self.node} failed: HTTP {code} {reason}") from e
+        except httpx2.HTTPStatusError as e:
+            response = e.response
+            raise SourceError(
+                f"listing pods of node {self.node} failed: HTTP {response.status_code} {response.reason_phrase}"
+            ) from e
+        except httpx2.TimeoutException as e:
+            raise SourceError(
+                f"listing pods of node {self.node} timed out after {self._timeout:g}s ({type(e).__name__})"
+            ) from e
+        except httpx2.HTTPError as e:
+            raise SourceError(f"listing pods of node {self.node} failed: {type(e).__name__}: {e}") from e
+        except (MsgspecError, ValueError) as e:
+            raise SourceError(f"listing pods of node {self.node}: malformed API response: {e}") from e
+
+    def _get_client(self) -> lightkube.Client:
+        if self._client is None:
+            config = self._load_config()
+            try:
+                self._client = lightkube.Client(config, timeout=httpx2.Timeout(self._timeout))
+            except (lightkube.ConfigError, OSError, ValueError, AssertionError) as e:
+                raise SourceError(f"cannot set up the API client: {type(e).__name__}: {e}") from e
+        return self._client
+
+    def _load_config(self) -> lightkube.KubeConfig:
+        """Explicit file first, then in-cluster, then KUBECONFIG (its first entry) or ~/.kube/config."""
+        try:
+            if self._kubeconfig is not None:
+                return lightkube.KubeConfig.from_file(self._kubeconfig)
+            if os.environ.get("KUBERNETES_SERVICE_HOST"):
+                return lightkube.KubeConfig.from_service_account()
+            env_paths = [p for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p]
+            return lightkube.KubeConfig.from_file(env_paths[0] if env_paths else DEFAULT_KUBECONFIG)
+        except (lightkube.ConfigError, OSError, KeyError, yaml.YAMLError, MsgspecError, TypeError) as e:
+            raise SourceError(f"cannot load the Kubernetes client configuration: {type(e).__name__}: {e}") from e

@@ -1,0 +1,26 @@
+"""What every desired-state source promises, and the one error it may raise."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from nodegc.model.pods import DesiredState
+
+
+class SourceError(Exception):
+    """The desired state could not be obtained or cannot be trusted.
+
+    Callers must treat this as "no desired state": nothing is planned for reclaim from a scan
+    whose desired state failed, because an absent pod would look like residue everywhere.
+    Messages name the source and the reason, never tokens or whole payloads.
+    """
+
+
+class DesiredSource(Protocol):
+    """A place that tells which pods are bound to this node (the API, or a snapshot file)."""
+
+    name: str
+
+    def fetch(self) -> DesiredState:
+        """Return the pods bound to the node now; raise SourceError rather than return a partial list."""
+        ...

@@ -1,0 +1,172 @@
+"""Network namespace files (`/run/netns/<name>`) and the addresses configured inside them.
+
+A namespace file stays behind in two shapes: still bind-mounted (the namespace lives on, holding its
+veth end and its IP) or a plain leftover file whose mount is gone. Both are reported; the mount state
+and the inodes are the identity a later re-verify compares against.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import stat
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pyroute2 import NetNS
+
+from nodegc.model.resources import Kind, Mount, NetnsEntry, ReadProblem
+
+NSFS = "nsfs"
+_IFF_LOOPBACK = 0x8
+
+
+class NetnsReadError(Exception):
+    """The namespace could not be entered or its addresses could not be dumped."""
+
+
+def scan_netns(
+    netns_dir: Path, mounts: Sequence[Mount]
+) -> tuple[tuple[NetnsEntry, ...], tuple[ReadProblem, ...]]:
+    """Every file of the netns directory, with its mount state taken from the mount table.
+
+    The mount table is the authority for `mounted`; the device of the file is a second witness, and when
+    the two disagree the entry counts as mounted (a namespace that may be alive is never a leftover).
+    """
+    problems: list[ReadProblem] = []
+    entries: list[NetnsEntry] = []
+    dir_str = os.path.normpath(os.fsdecode(netns_dir))
+    try:
+        dir_dev = os.stat(netns_dir).st_dev
+        with os.scandir(netns_dir) as it:
+            dirents = sorted(it, key=lambda e: e.name)
+    except FileNotFoundError:
+        return (), ()
+    except OSError as e:
+        return (), (ReadProblem(Kind.NETNS, dir_str, f"cannot list netns dir: {e.strerror or e}"),)
+
+    nsfs_points, other_points = _mount_points(mounts, netns_dir)
+    for dirent in dirents:
+        entry, problem = _read_entry(
+            dirent, dir_str=dir_str, dir_dev=dir_dev, nsfs_points=nsfs_points, other_points=other_points
+        )
+        if problem is not None:
+            problems.append(problem)
+        if entry is not None:
+            entries.append(entry)
+    return tuple(entries), tuple(problems)
+
+
+def _mount_points(mounts: Sequence[Mount], netns_dir: Path) -> tuple[frozenset[str], frozenset[str]]:
+    """Mount points below the netns dir, split by nsfs or not.
+
+    The configured dir may be a symlink (/var/run/netns -> /run/netns) while mountinfo shows the real
+    path, so points under the resolved dir are translated back to the configured spelling.
+    """
+    configured = os.path.normpath(os.fsdecode(netns_dir))
+    resolved = os.path.realpath(configured)
+    nsfs: set[str] = set()
+    other: set[str] = set()
+    for m in mounts:
+        point = os.path.normpath(m.mount_point)
+        if resolved != configured and os.path.dirname(point) == resolved:
+            point = os.path.join(configured, os.path.basename(point))
+        if os.path.dirname(point) != configured:
+            continue
+        (nsfs if m.fs_type == NSFS else other).add(point)
+    return frozenset(nsfs), frozenset(other)
+
+
+def _read_entry(
+    dirent: os.DirEntry[str],
+    *,
+    dir_str: str,
+    dir_dev: int,
+    nsfs_points: frozenset[str],
+    other_points: frozenset[str],
+) -> tuple[NetnsEntry | None, ReadProblem | None]:
+    name = dirent.name
+    path = os.path.join(dir_str, name)
+    reason = _odd_name(name)
+    if reason is not None:
+        return None, ReadProblem(Kind.NETNS, path, reason)
+    try:
+        st = os.lstat(path)
+        # d_ino from readdir is the inode of the file itself, under any mount stacked on it;
+        # lstat of a mount point already answers with the mounted namespace.
+        file_inode = dirent.inode()
+    except FileNotFoundError:
+        return None, None  # removed since the listing: nothing left to report
+    except OSError as e:
+        return None, ReadProblem(Kind.NETNS, path, f"cannot stat: {e.strerror or e}")
+    if stat.S_ISLNK(st.st_mode):
+        return None, ReadProblem(Kind.NETNS, path, "symlink in netns dir, not followed")
+    if stat.S_ISDIR(st.st_mode):
+        return None, ReadProblem(Kind.NETNS, path, "directory in netns dir")
+    if not stat.S_ISREG(st.st_mode):
+        return None, ReadProblem(Kind.NETNS, path, f"not a regular file (mode {st.st_mode:o})")
+    if path in other_points and path not in nsfs_points:
+        return None, ReadProblem(Kind.NETNS, path, "a non-nsfs filesystem is mounted on this file")
+
+    in_table = path in nsfs_points
+    on_other_dev = st.st_dev != dir_dev
+    if not in_table and not on_other_dev:
+        entry = NetnsEntry(name=name, path=path, mounted=False, file_inode=file_inode, mtime=st.st_mtime)
+        return entry, None
+    problem = None
+    if not in_table:
+        problem = ReadProblem(
+            Kind.NETNS, path, "mount point missing from the mount table; kept as mounted"
+        )
+    # stat of an nsfs mount point is the namespace inode (what /proc/<pid>/ns/net points at)
+    entry = NetnsEntry(
+        name=name, path=path, mounted=True, ns_inode=st.st_ino, file_inode=file_inode, mtime=st.st_mtime
+    )
+    return entry, problem
+
+
+def _odd_name(name: str) -> str | None:
+    """Names `ip netns` and the runtimes never create; such a file is reported, not inventoried."""
+    if name.startswith("."):
+        return "hidden name in netns dir"
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return "name is not valid UTF-8"
+    if not name.isprintable() or any(c.isspace() for c in name):
+        return "name has control or blank characters"
+    return None
+
+
+def read_netns_addresses(path: Path) -> tuple[str, ...]:
+    """Addresses inside the namespace, for tying a namespace without a CNI cache entry to a pod.
+
+    Never creates the namespace file (pyroute2 would by default) and skips loopback addresses and any
+    address on a loopback interface.
+    """
+    try:
+        with NetNS(str(path), flags=0) as ipr:
+            links: list[Any] = list(ipr.get_links())
+            addrs: list[Any] = list(ipr.get_addr())
+    except Exception as e:
+        raise NetnsReadError(f"cannot read addresses in netns {os.fsdecode(path)}: {e}") from e
+    loopback_indexes = {int(link["index"]) for link in links if int(link["flags"]) & _IFF_LOOPBACK}
+    out: list[str] = []
+    for msg in addrs:
+        if int(msg["index"]) in loopback_indexes:
+            continue
+        # IFA_LOCAL is the address itself; IFA_ADDRESS is the peer on point-to-point links
+        raw = msg.get_attr("IFA_LOCAL") or msg.get_attr("IFA_ADDRESS")
+        if not isinstance(raw, str):
+            continue
+        try:
+            ip = ipaddress.ip_address(raw.split("%", 1)[0])
+        except ValueError:
+            continue
+        if ip.is_loopback:
+            continue
+        text = str(ip)
+        if text not in out:
+            out.append(text)
+    return tuple(out)

@@ -1,0 +1,259 @@
+"""Pod directories under the kubelet root and the volumes inside them.
+
+Everything here is read through directory entries with follow_symlinks=False: a symlink planted in a pod
+directory must never lead a later delete (or even a stat) outside the kubelet root. Volume directories are
+usually mount points of filesystems that may hang (a dead NFS server, a stuck FUSE daemon), so they are
+named from their parent's directory entries and never stat'ed or listed themselves.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from nodegc.inventory.mounting import MountIndex
+from nodegc.model.resources import Kind, Mount, PodDir, ReadProblem, VolumeDir
+
+# Pod UIDs are UUIDs for API pods and hex hashes for static pods; allow a little more, never path syntax.
+_PLAUSIBLE_UID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_CSI_PLUGIN = "kubernetes.io~csi"
+_CSI_MOUNT_LEAF = "mount"
+
+
+@dataclass
+class _Scan:
+    index: MountIndex
+    problems: list[ReadProblem] = field(default_factory=list)
+
+    def problem(self, path: str, reason: str, *, kind: Kind = Kind.POD_DIR) -> None:
+        self.problems.append(ReadProblem(kind, path, reason))
+
+    def entries(self, path: str, *, kind: Kind = Kind.POD_DIR) -> Iterator[os.DirEntry[str]]:
+        """Directory entries sorted by name; a directory that vanished or cannot be read is a problem."""
+        try:
+            with os.scandir(path) as it:
+                found = list(it)
+        except OSError as e:
+            self.problem(path, _os_reason(e), kind=kind)
+            return iter(())
+        return iter(sorted(found, key=lambda e: e.name))
+
+    def directory(self, entry: os.DirEntry[str], *, kind: Kind = Kind.POD_DIR) -> bool:
+        """True for a real directory; a symlink or anything else is reported and not entered."""
+        try:
+            if entry.is_symlink():
+                self.problem(entry.path, _symlink_reason(entry.path), kind=kind)
+                return False
+            if entry.is_dir(follow_symlinks=False):
+                return True
+        except OSError as e:
+            self.problem(entry.path, _os_reason(e), kind=kind)
+            return False
+        self.problem(entry.path, "not a directory", kind=kind)
+        return False
+
+
+def _os_reason(e: OSError) -> str:
+    return f"{e.strerror or type(e).__name__} (errno {e.errno})" if e.errno else str(e)
+
+
+def _symlink_reason(path: str) -> str:
+    try:
+        target = os.readlink(path)
+    except OSError as e:
+        return f"symlink (target unreadable: {_os_reason(e)}), not followed"
+    return f"symlink to {target}, not followed"
+
+
+def _is_utf8(name: str) -> bool:
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _plausible_name(scan: _Scan, entry: os.DirEntry[str], *, kind: Kind = Kind.POD_DIR) -> bool:
+    if not _is_utf8(entry.name):
+        scan.problem(entry.path, "name is not valid UTF-8", kind=kind)
+        return False
+    return True
+
+
+def _volume(scan: _Scan, *, uid: str, plugin: str, name: str, path: str, subpath: bool = False) -> VolumeDir:
+    mount = scan.index.top_at(path)
+    if mount is None and plugin == _CSI_PLUGIN and not subpath:
+        # CSI mounts the volume at <name>/mount and keeps vol_data.json beside it.
+        mount = scan.index.top_at(os.path.join(path, _CSI_MOUNT_LEAF))
+    return VolumeDir(
+        pod_uid=uid,
+        plugin=plugin,
+        name=name,
+        path=path,
+        mount_id=mount.mount_id if mount else None,
+        fs_type=mount.fs_type if mount else None,
+        source=mount.source if mount else None,
+        subpath=subpath,
+    )
+
+
+def _volumes(scan: _Scan, uid: str, volumes_path: str) -> list[VolumeDir]:
+    found: list[VolumeDir] = []
+    for plugin in scan.entries(volumes_path, kind=Kind.VOLUME_MOUNT):
+        if not _plausible_name(scan, plugin, kind=Kind.VOLUME_MOUNT):
+            continue
+        if not scan.directory(plugin, kind=Kind.VOLUME_MOUNT):
+            continue
+        for vol in scan.entries(plugin.path, kind=Kind.VOLUME_MOUNT):
+            if not _plausible_name(scan, vol, kind=Kind.VOLUME_MOUNT):
+                continue
+            try:
+                is_link = vol.is_symlink()
+            except OSError as e:
+                scan.problem(vol.path, _os_reason(e), kind=Kind.VOLUME_MOUNT)
+                continue
+            if is_link:
+                scan.problem(vol.path, _symlink_reason(vol.path), kind=Kind.VOLUME_MOUNT)
+                continue
+            found.append(_volume(scan, uid=uid, plugin=plugin.name, name=vol.name, path=vol.path))
+    return found
+
+
+def _subpaths(scan: _Scan, uid: str, subpaths_path: str) -> list[VolumeDir]:
+    """`volume-subpaths/<volume>/<container>/<index>`: each leaf is a bind mount (file or directory)."""
+    found: list[VolumeDir] = []
+    for volume in scan.entries(subpaths_path, kind=Kind.VOLUME_MOUNT):
+        if not (_plausible_name(scan, volume, kind=Kind.VOLUME_MOUNT) and scan.directory(volume, kind=Kind.VOLUME_MOUNT)):
+            continue
+        for container in scan.entries(volume.path, kind=Kind.VOLUME_MOUNT):
+            if not _plausible_name(scan, container, kind=Kind.VOLUME_MOUNT):
+                continue
+            if not scan.directory(container, kind=Kind.VOLUME_MOUNT):
+                continue
+            for leaf in scan.entries(container.path, kind=Kind.VOLUME_MOUNT):
+                if not _plausible_name(scan, leaf, kind=Kind.VOLUME_MOUNT):
+                    continue
+                try:
+                    is_link = leaf.is_symlink()
+                except OSError as e:
+                    scan.problem(leaf.path, _os_reason(e), kind=Kind.VOLUME_MOUNT)
+                    continue
+                if is_link:
+                    scan.problem(leaf.path, _symlink_reason(leaf.path), kind=Kind.VOLUME_MOUNT)
+                    continue
+                found.append(
+                    _volume(
+                        scan,
+                        uid=uid,
+                        plugin=volume.name,
+                        name=f"{container.name}/{leaf.name}",
+                        path=leaf.path,
+                        subpath=True,
+                    )
+                )
+    return found
+
+
+def _plugin_dirs(scan: _Scan, plugins_path: str) -> list[str]:
+    found: list[str] = []
+    for plugin in scan.entries(plugins_path):
+        if not (_plausible_name(scan, plugin) and scan.directory(plugin)):
+            continue
+        names = [e.name for e in scan.entries(plugin.path) if _plausible_name(scan, e)]
+        if names:
+            found.extend(f"{plugin.name}/{n}" for n in names)
+        else:
+            found.append(plugin.name)
+    return found
+
+
+def _container_names(scan: _Scan, containers_path: str) -> list[str]:
+    return [
+        c.name
+        for c in scan.entries(containers_path)
+        if _plausible_name(scan, c) and scan.directory(c)
+    ]
+
+
+def _pod(scan: _Scan, entry: os.DirEntry[str]) -> PodDir | None:
+    uid = entry.name
+    if not _is_utf8(uid):
+        scan.problem(entry.path, "pod directory name is not valid UTF-8, not a pod UID")
+        return None
+    if not _PLAUSIBLE_UID.match(uid):
+        scan.problem(entry.path, f"pod directory name {uid!r} is not a plausible pod UID")
+        return None
+    if not scan.directory(entry):
+        return None
+    try:
+        st = entry.stat(follow_symlinks=False)
+    except OSError as e:
+        scan.problem(entry.path, _os_reason(e))
+        return None
+    volumes: list[VolumeDir] = []
+    plugin_dirs: list[str] = []
+    containers: list[str] = []
+    has_etc_hosts = False
+    for child in scan.entries(entry.path):
+        name = child.name
+        if name == "volumes" and scan.directory(child, kind=Kind.VOLUME_MOUNT):
+            volumes.extend(_volumes(scan, uid, child.path))
+        elif name == "volume-subpaths" and scan.directory(child, kind=Kind.VOLUME_MOUNT):
+            volumes.extend(_subpaths(scan, uid, child.path))
+        elif name == "plugins" and scan.directory(child):
+            plugin_dirs.extend(_plugin_dirs(scan, child.path))
+        elif name == "containers" and scan.directory(child):
+            containers.extend(_container_names(scan, child.path))
+        elif name == "etc-hosts":
+            has_etc_hosts = _regular_file(scan, child)
+    return PodDir(
+        uid=uid,
+        path=entry.path,
+        inode=st.st_ino,
+        mtime=st.st_mtime,
+        volumes=tuple(volumes),
+        plugin_dirs=tuple(plugin_dirs),
+        container_names=tuple(containers),
+        has_etc_hosts=has_etc_hosts,
+        mounts_below=tuple(sorted(m.mount_id for m in scan.index.below(entry.path))),
+    )
+
+
+def _regular_file(scan: _Scan, entry: os.DirEntry[str]) -> bool:
+    try:
+        if entry.is_symlink():
+            scan.problem(entry.path, _symlink_reason(entry.path))
+            return False
+        return entry.is_file(follow_symlinks=False)
+    except OSError as e:
+        scan.problem(entry.path, _os_reason(e))
+        return False
+
+
+def scan_pod_dirs(
+    kubelet_root: Path, mounts: Sequence[Mount] | MountIndex
+) -> tuple[tuple[PodDir, ...], tuple[ReadProblem, ...]]:
+    """Every `pods/<uid>` directory with its volumes and the mounts still held below it.
+
+    The configured root itself is resolved once (a kubelet root that is a symlink is common, and the mount
+    table names the resolved paths); nothing below it is ever followed.
+    """
+    index = mounts if isinstance(mounts, MountIndex) else MountIndex.build(mounts)
+    scan = _Scan(index=index)
+    pods_path = os.path.join(os.path.realpath(os.fsdecode(kubelet_root)), "pods")
+    try:
+        mode = os.lstat(pods_path).st_mode
+    except FileNotFoundError:
+        return (), ()
+    except OSError as e:
+        return (), (ReadProblem(Kind.POD_DIR, pods_path, _os_reason(e)),)
+    if stat.S_ISLNK(mode):
+        return (), (ReadProblem(Kind.POD_DIR, pods_path, _symlink_reason(pods_path)),)
+    if not stat.S_ISDIR(mode):
+        return (), (ReadProblem(Kind.POD_DIR, pods_path, "not a directory"),)
+    pods = [pod for entry in scan.entries(pods_path) if (pod := _pod(scan, entry)) is not None]
+    return tuple(pods), tuple(scan.problems)

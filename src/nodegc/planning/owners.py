@@ -1,0 +1,135 @@
+"""Indexes over the desired state and the CNI cache that answer "who owns this?".
+
+Every lookup is written so that a missing or ambiguous answer protects: a name-only match, a pod
+without status IPs, or two claimants never make a resource look free.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from nodegc.model.findings import Owner
+from nodegc.model.pods import DesiredState, OwnerState, Pod
+from nodegc.model.resources import CNICacheEntry
+
+_CHAIN_NAME_MAX = 28
+
+
+def cni_chain_name(network: str, container_id: str, prefix: str = "") -> str:
+    """The chain name CNI plugins derive from network name and container id (libcni's FormatChainName)."""
+    digest = hashlib.sha512((network + container_id).encode()).hexdigest()
+    head = "CNI-" + prefix
+    return head + digest[: _CHAIN_NAME_MAX - len(head)]
+
+
+def normalize_ip(text: str) -> str | None:
+    try:
+        return str(ipaddress.ip_address(text.split("/", 1)[0]))
+    except ValueError:
+        return None
+
+
+def netns_key(path: str | None) -> str | None:
+    """Runtimes name the same namespace as /var/run/netns/x or /run/netns/x; the file name is the key."""
+    if not path:
+        return None
+    return path.rstrip("/").rsplit("/", 1)[-1] or None
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """An owner, its state, and the reasons we believe it."""
+
+    owner: Owner
+    state: OwnerState
+    evidence: tuple[str, ...]
+    pod: Pod | None = None
+
+
+@dataclass
+class PodIndex:
+    by_uid: dict[str, Pod] = field(default_factory=dict)
+    by_name: dict[tuple[str, str], list[Pod]] = field(default_factory=lambda: defaultdict(list))
+    claims: dict[str, list[Pod]] = field(default_factory=lambda: defaultdict(list))
+    """Non-terminal, non-hostNetwork pods by the IPs their status claims."""
+    terminal_claims: dict[str, list[Pod]] = field(default_factory=lambda: defaultdict(list))
+    pods_without_ip: list[Pod] = field(default_factory=list)
+    """Non-terminal pods whose status shows no IP yet: the creation race."""
+
+    @classmethod
+    def build(cls, desired: DesiredState) -> PodIndex:
+        index = cls()
+        for pod in desired.pods:
+            index.by_uid[pod.uid] = pod
+            index.by_name[(pod.namespace, pod.name)].append(pod)
+            if pod.host_network:
+                continue
+            ips = [ip for ip in (normalize_ip(raw) for raw in pod.pod_ips) if ip]
+            if pod.state is OwnerState.TERMINAL:
+                for ip in ips:
+                    index.terminal_claims[ip].append(pod)
+                continue
+            if not ips:
+                index.pods_without_ip.append(pod)
+            for ip in ips:
+                index.claims[ip].append(pod)
+        return index
+
+    def resolve_uid(self, uid: str) -> Resolution:
+        pod = self.by_uid.get(uid)
+        if pod is None:
+            return Resolution(Owner(uid=uid), OwnerState.ABSENT, (f"no pod with uid {uid} on this node",), None)
+        owner = Owner(uid=pod.uid, namespace=pod.namespace, name=pod.name)
+        return Resolution(owner, pod.state, (f"pod {pod.namespace}/{pod.name} uid {uid} is {pod.phase}",), pod)
+
+
+@dataclass
+class CacheIndex:
+    by_container: dict[str, list[CNICacheEntry]] = field(default_factory=lambda: defaultdict(list))
+    by_netns: dict[str, list[CNICacheEntry]] = field(default_factory=lambda: defaultdict(list))
+    networks: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+
+    @classmethod
+    def build(cls, entries: Iterable[CNICacheEntry]) -> CacheIndex:
+        index = cls()
+        for entry in entries:
+            index.by_container[entry.container_id].append(entry)
+            key = netns_key(entry.netns)
+            if key:
+                index.by_netns[key].append(entry)
+            index.networks[entry.network] += 1
+        return index
+
+
+def resolve_cache_owner(entry: CNICacheEntry, pods: PodIndex) -> Resolution:
+    """The pod a cache entry names: by UID when present, else by name only when status confirms it."""
+    base = (f"cni cache {entry.network}-{entry.container_id[:12]}-{entry.ifname}",)
+    cid = entry.container_id
+    if entry.pod_uid:
+        res = pods.resolve_uid(entry.pod_uid)
+        owner = Owner(
+            uid=entry.pod_uid,
+            namespace=entry.pod_namespace or res.owner.namespace,
+            name=entry.pod_name or res.owner.name,
+            container_id=cid,
+        )
+        return Resolution(owner, res.state, base + (f"names pod uid {entry.pod_uid}",) + res.evidence, res.pod)
+    if entry.pod_namespace and entry.pod_name:
+        owner = Owner(namespace=entry.pod_namespace, name=entry.pod_name, container_id=cid)
+        candidates = pods.by_name.get((entry.pod_namespace, entry.pod_name), [])
+        if not candidates:
+            evidence = (f"names pod {owner.label()} without uid", "no pod of that name on this node")
+            return Resolution(owner, OwnerState.ABSENT, base + evidence)
+        # Without a UID the pod of that name may be a newer incarnation: only its status can tie it.
+        for pod in candidates:
+            if pod.state is not OwnerState.TERMINAL and set(entry.ips) & set(pod.pod_ips):
+                evidence = (f"names pod {owner.label()} without uid", "that pod's status claims the same IP")
+                tied = Owner(uid=pod.uid, namespace=pod.namespace, name=pod.name, container_id=cid)
+                return Resolution(tied, pod.state, base + evidence, pod)
+        evidence = (f"names pod {owner.label()} without uid", "a pod of that name exists; cannot tie it")
+        return Resolution(owner, OwnerState.UNKNOWN, base + evidence)
+    return Resolution(Owner(container_id=cid), OwnerState.UNKNOWN, base + ("names no pod",))
