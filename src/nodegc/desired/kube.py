@@ -98,7 +98,8 @@ class KubeSource:
         except httpx2.HTTPStatusError as e:
             response = e.response
             raise SourceError(
-                f"listing pods of node {self.node} failed: HTTP {response.status_code} {response.reason_phrase}"
+                f"listing pods of node {self.node} failed: "
+                f"HTTP {response.status_code} {response.reason_phrase}"
             ) from e
         except httpx2.TimeoutException as e:
             raise SourceError(
@@ -114,7 +115,7 @@ class KubeSource:
             config = self._load_config()
             try:
                 self._client = lightkube.Client(config, timeout=httpx2.Timeout(self._timeout))
-            except (lightkube.ConfigError, OSError, ValueError, AssertionError) as e:
+            except (lightkube.ConfigError, OSError, KeyError, ValueError, AssertionError) as e:
                 raise SourceError(f"cannot set up the API client: {type(e).__name__}: {e}") from e
         return self._client
 
@@ -127,5 +128,12 @@ class KubeSource:
                 return lightkube.KubeConfig.from_service_account()
             env_paths = [p for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p]
             return lightkube.KubeConfig.from_file(env_paths[0] if env_paths else DEFAULT_KUBECONFIG)
-        except (lightkube.ConfigError, OSError, KeyError, yaml.YAMLError, MsgspecError, TypeError) as e:
-            raise SourceError(f"cannot load the Kubernetes client configuration: {type(e).__name__}: {e}") from e
+        except yaml.YAMLError as e:
+            # str(e) would quote the offending line, which may hold a token.
+            mark = getattr(e, "problem_mark", None)
+            where = f" at line {mark.line + 1}" if mark is not None else ""
+            raise SourceError(f"the Kubernetes client configuration is not valid YAML{where}") from e
+        except (lightkube.ConfigError, OSError, KeyError, MsgspecError, TypeError) as e:
+            raise SourceError(
+                f"cannot load the Kubernetes client configuration: {type(e).__name__}: {e}"
+            ) from e

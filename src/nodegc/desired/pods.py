@@ -39,15 +39,16 @@ def pod_from_object(obj: Mapping[str, Any]) -> Pod:
     if not isinstance(host_network, bool):
         raise ValueError(f"pod {namespace}/{name}: spec.hostNetwork is not a boolean")
 
+    label = f"{namespace}/{name}"
     return Pod(
         uid=uid,
         namespace=namespace,
         name=name,
         node_name=_opt_str(spec, "spec.nodeName") or None,
         phase=_opt_str(status, "status.phase") or None,
-        pod_ips=_pod_ips(status, f"{namespace}/{name}"),
+        pod_ips=_pod_ips(status, label),
         host_network=host_network,
-        created_at=_timestamp(meta.get("creationTimestamp"), f"{namespace}/{name}: metadata.creationTimestamp"),
+        created_at=_timestamp(meta.get("creationTimestamp"), f"pod {label}: metadata.creationTimestamp"),
         deleting=meta.get("deletionTimestamp") is not None,
     )
 

@@ -55,7 +55,8 @@ def _load(path: Path) -> list[Any]:
             return [json.loads(text)]
         except json.JSONDecodeError as e:
             raise SourceError(
-                f"snapshot {path} is not valid JSON: {e.msg} at line {e.lineno} column {e.colno} (char {e.pos})"
+                f"snapshot {path} is not valid JSON: {e.msg} "
+                f"at line {e.lineno} column {e.colno} (char {e.pos})"
             ) from e
     try:
         return [doc for doc in yaml.safe_load_all(text) if doc is not None]
@@ -71,7 +72,8 @@ def _pod_objects(documents: list[Any], path: Path) -> Iterator[Mapping[str, Any]
         raise SourceError(f"snapshot {path} is empty")
     for doc in documents:
         if not isinstance(doc, Mapping):
-            raise SourceError(f"snapshot {path}: expected a Pod or a List of Pods, found a {type(doc).__name__}")
+            found = type(doc).__name__
+            raise SourceError(f"snapshot {path}: expected a Pod or a List of Pods, found a {found}")
         kind = doc.get("kind")
         if kind in _LIST_KINDS or (kind is None and "items" in doc):
             items = doc.get("items")

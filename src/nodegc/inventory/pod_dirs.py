@@ -56,6 +56,32 @@ class _Scan:
         self.problem(entry.path, "not a directory", kind=kind)
         return False
 
+    def named(self, path: str, *, kind: Kind) -> Iterator[os.DirEntry[str]]:
+        """Entries whose names are valid UTF-8; kubelet never writes others, so they are reported."""
+        for entry in self.entries(path, kind=kind):
+            if _is_utf8(entry.name):
+                yield entry
+            else:
+                self.problem(entry.path, "name is not valid UTF-8", kind=kind)
+
+    def subdirs(self, path: str, *, kind: Kind = Kind.POD_DIR) -> list[os.DirEntry[str]]:
+        return [e for e in self.named(path, kind=kind) if self.directory(e, kind=kind)]
+
+    def leaves(self, path: str, *, kind: Kind = Kind.POD_DIR) -> list[os.DirEntry[str]]:
+        """Entries that are not symlinks, of any type, and are not entered (they may be mount points)."""
+        found: list[os.DirEntry[str]] = []
+        for entry in self.named(path, kind=kind):
+            try:
+                is_link = entry.is_symlink()
+            except OSError as e:
+                self.problem(entry.path, _os_reason(e), kind=kind)
+                continue
+            if is_link:
+                self.problem(entry.path, _symlink_reason(entry.path), kind=kind)
+            else:
+                found.append(entry)
+        return found
+
 
 def _os_reason(e: OSError) -> str:
     return f"{e.strerror or type(e).__name__} (errno {e.errno})" if e.errno else str(e)
@@ -73,13 +99,6 @@ def _is_utf8(name: str) -> bool:
     try:
         name.encode("utf-8")
     except UnicodeEncodeError:
-        return False
-    return True
-
-
-def _plausible_name(scan: _Scan, entry: os.DirEntry[str], *, kind: Kind = Kind.POD_DIR) -> bool:
-    if not _is_utf8(entry.name):
-        scan.problem(entry.path, "name is not valid UTF-8", kind=kind)
         return False
     return True
 
@@ -102,81 +121,39 @@ def _volume(scan: _Scan, *, uid: str, plugin: str, name: str, path: str, subpath
 
 
 def _volumes(scan: _Scan, uid: str, volumes_path: str) -> list[VolumeDir]:
-    found: list[VolumeDir] = []
-    for plugin in scan.entries(volumes_path, kind=Kind.VOLUME_MOUNT):
-        if not _plausible_name(scan, plugin, kind=Kind.VOLUME_MOUNT):
-            continue
-        if not scan.directory(plugin, kind=Kind.VOLUME_MOUNT):
-            continue
-        for vol in scan.entries(plugin.path, kind=Kind.VOLUME_MOUNT):
-            if not _plausible_name(scan, vol, kind=Kind.VOLUME_MOUNT):
-                continue
-            try:
-                is_link = vol.is_symlink()
-            except OSError as e:
-                scan.problem(vol.path, _os_reason(e), kind=Kind.VOLUME_MOUNT)
-                continue
-            if is_link:
-                scan.problem(vol.path, _symlink_reason(vol.path), kind=Kind.VOLUME_MOUNT)
-                continue
-            found.append(_volume(scan, uid=uid, plugin=plugin.name, name=vol.name, path=vol.path))
-    return found
+    return [
+        _volume(scan, uid=uid, plugin=plugin.name, name=vol.name, path=vol.path)
+        for plugin in scan.subdirs(volumes_path, kind=Kind.VOLUME_MOUNT)
+        for vol in scan.leaves(plugin.path, kind=Kind.VOLUME_MOUNT)
+    ]
 
 
 def _subpaths(scan: _Scan, uid: str, subpaths_path: str) -> list[VolumeDir]:
     """`volume-subpaths/<volume>/<container>/<index>`: each leaf is a bind mount (file or directory)."""
-    found: list[VolumeDir] = []
-    for volume in scan.entries(subpaths_path, kind=Kind.VOLUME_MOUNT):
-        if not (_plausible_name(scan, volume, kind=Kind.VOLUME_MOUNT) and scan.directory(volume, kind=Kind.VOLUME_MOUNT)):
-            continue
-        for container in scan.entries(volume.path, kind=Kind.VOLUME_MOUNT):
-            if not _plausible_name(scan, container, kind=Kind.VOLUME_MOUNT):
-                continue
-            if not scan.directory(container, kind=Kind.VOLUME_MOUNT):
-                continue
-            for leaf in scan.entries(container.path, kind=Kind.VOLUME_MOUNT):
-                if not _plausible_name(scan, leaf, kind=Kind.VOLUME_MOUNT):
-                    continue
-                try:
-                    is_link = leaf.is_symlink()
-                except OSError as e:
-                    scan.problem(leaf.path, _os_reason(e), kind=Kind.VOLUME_MOUNT)
-                    continue
-                if is_link:
-                    scan.problem(leaf.path, _symlink_reason(leaf.path), kind=Kind.VOLUME_MOUNT)
-                    continue
-                found.append(
-                    _volume(
-                        scan,
-                        uid=uid,
-                        plugin=volume.name,
-                        name=f"{container.name}/{leaf.name}",
-                        path=leaf.path,
-                        subpath=True,
-                    )
-                )
-    return found
+    return [
+        _volume(
+            scan,
+            uid=uid,
+            plugin=volume.name,
+            name=f"{container.name}/{leaf.name}",
+            path=leaf.path,
+            subpath=True,
+        )
+        for volume in scan.subdirs(subpaths_path, kind=Kind.VOLUME_MOUNT)
+        for container in scan.subdirs(volume.path, kind=Kind.VOLUME_MOUNT)
+        for leaf in scan.leaves(container.path, kind=Kind.VOLUME_MOUNT)
+    ]
 
 
 def _plugin_dirs(scan: _Scan, plugins_path: str) -> list[str]:
     found: list[str] = []
-    for plugin in scan.entries(plugins_path):
-        if not (_plausible_name(scan, plugin) and scan.directory(plugin)):
-            continue
-        names = [e.name for e in scan.entries(plugin.path) if _plausible_name(scan, e)]
+    for plugin in scan.subdirs(plugins_path):
+        names = [e.name for e in scan.leaves(plugin.path)]
         if names:
             found.extend(f"{plugin.name}/{n}" for n in names)
         else:
             found.append(plugin.name)
     return found
-
-
-def _container_names(scan: _Scan, containers_path: str) -> list[str]:
-    return [
-        c.name
-        for c in scan.entries(containers_path)
-        if _plausible_name(scan, c) and scan.directory(c)
-    ]
 
 
 def _pod(scan: _Scan, entry: os.DirEntry[str]) -> PodDir | None:
@@ -207,7 +184,7 @@ def _pod(scan: _Scan, entry: os.DirEntry[str]) -> PodDir | None:
         elif name == "plugins" and scan.directory(child):
             plugin_dirs.extend(_plugin_dirs(scan, child.path))
         elif name == "containers" and scan.directory(child):
-            containers.extend(_container_names(scan, child.path))
+            containers.extend(c.name for c in scan.subdirs(child.path))
         elif name == "etc-hosts":
             has_etc_hosts = _regular_file(scan, child)
     return PodDir(

@@ -7,7 +7,9 @@ branch ends in a class only when the evidence supports it, and everything else i
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -28,6 +30,7 @@ from nodegc.planning.owners import (
     CacheIndex,
     PodIndex,
     Resolution,
+    normalize_ip,
     resolve_cache_owner,
 )
 
@@ -65,6 +68,7 @@ class _Correlator:
         self.network_ips: dict[str, set[str]] = defaultdict(set)
         for r in inv.ip_reservations:
             self.network_ips[r.network].add(r.ip)
+        self.chain_ips = _chain_ips(inv)
 
     def run(self) -> tuple[Finding, ...]:
         for pod_dir in self.inv.pod_dirs:
@@ -102,10 +106,10 @@ class _Correlator:
         return f"{self.now - mtime:.0f}s old, minimum age {self.policy.min_age_seconds:.0f}s"
 
     def _pending_note(self) -> str | None:
-        if not self.pods.pods_without_ip:
+        if not self.pods.unsettled:
             return None
-        names = ", ".join(f"{p.namespace}/{p.name}" for p in self.pods.pods_without_ip[:3])
-        return f"pods on this node without an IP yet may own it: {names}"
+        names = ", ".join(f"{p.namespace}/{p.name}" for p in self.pods.unsettled[:3])
+        return f"pods still starting on this node (not Running with an IP) may own it: {names}"
 
     # -- kubelet root ------------------------------------------------------------------------
 
@@ -258,8 +262,22 @@ class _Correlator:
             self._add(Finding(FindingClass.CONFLICT, Kind.IP_RESERVATION, ip, Owner(), OwnerState.LIVE,
                               (f"{ip} claimed by {len(pods)} live pods: {names}",), ip=ip))
 
+    def _claimed_elsewhere(self, ips: Iterable[str], owner_uid: str | None) -> str | None:
+        """A dead sandbox whose IP a live pod claims is a conflict: which one is right is not ours to guess."""
+        for ip in ips:
+            others = [p for p in self.pods.claims.get(ip, []) if p.uid != owner_uid]
+            if others:
+                names = ", ".join(f"{p.namespace}/{p.name}" for p in others)
+                return f"{ip} of this sandbox is claimed by live pod {names}"
+        return None
+
     def _cache_entry(self, entry: CNICacheEntry) -> None:
         res = resolve_cache_owner(entry, self.pods)
+        conflict = self._claimed_elsewhere(entry.ips, res.owner.uid) if res.state in _GONE else None
+        if conflict:
+            self._add(Finding(FindingClass.CONFLICT, Kind.CNI_CACHE, entry.path, res.owner, res.state,
+                              (*res.evidence, conflict), netns=entry.netns, ip=entry.ips[0] if entry.ips else None))
+            return
         if res.state in _HOLDING:
             cls = FindingClass.IN_USE if res.state is not OwnerState.UNKNOWN else FindingClass.UNKNOWN
         else:
@@ -277,11 +295,16 @@ class _Correlator:
             resolutions = [resolve_cache_owner(e, self.pods) for e in entries]
             holding = [r for r in resolutions if r.state in _HOLDING]
             res = holding[0] if holding else resolutions[0]
+            conflict = None if holding else self._claimed_elsewhere(
+                [ip for e in entries for ip in e.ips], res.owner.uid)
+            evidence = res.evidence
             if res.state is OwnerState.UNKNOWN:
                 cls = FindingClass.UNKNOWN
+            elif conflict:
+                cls, evidence = FindingClass.CONFLICT, (*evidence, conflict)
             else:
                 cls = FindingClass.IN_USE if holding else FindingClass.LEAKED_NETNS
-            finding = Finding(cls, Kind.NETNS, ns.path, res.owner, res.state, res.evidence, netns=ns.path)
+            finding = Finding(cls, Kind.NETNS, ns.path, res.owner, res.state, evidence, netns=ns.path)
         elif not ns.mounted:
             finding = Finding(FindingClass.LEAKED_NETNS, Kind.NETNS, ns.path, Owner(), OwnerState.ABSENT,
                               ("not a mounted namespace: an empty leftover file",), netns=ns.path)
@@ -302,6 +325,11 @@ class _Correlator:
                 owner = Owner(uid=pod.uid, namespace=pod.namespace, name=pod.name)
                 return Finding(FindingClass.IN_USE, Kind.NETNS, ns.path, owner, pod.state,
                                (*evidence, f"holds {address}, claimed by {owner.label()}"), netns=ns.path)
+        pending = self._pending_note()
+        if pending:
+            # A terminal pod's address may already be reused by a sandbox still being created.
+            return Finding(FindingClass.PROTECTED, Kind.NETNS, ns.path, Owner(), OwnerState.UNKNOWN,
+                           (*evidence, pending), netns=ns.path)
         for address in ns.addresses:
             for pod in self.pods.terminal_claims.get(address, []):
                 owner = Owner(uid=pod.uid, namespace=pod.namespace, name=pod.name)
@@ -342,11 +370,17 @@ class _Correlator:
         evidence: tuple[str, ...] = (f"comment names network {network} container {_short(container_id)}",)
         res = self._resolve_container(container_id, network)
         if res is not None:
+            ips = [ip for e in self._cache_for(container_id, network) for ip in e.ips]
+            ips += sorted(self.chain_ips.get(container_id, ()))
+            conflict = self._claimed_elsewhere(ips, res.owner.uid) if res.state in _GONE else None
+            evidence += res.evidence
             if res.state is OwnerState.UNKNOWN:
                 cls = FindingClass.UNKNOWN
+            elif conflict:
+                cls, evidence = FindingClass.CONFLICT, (*evidence, conflict)
             else:
                 cls = FindingClass.IN_USE if res.state in _HOLDING else leaked
-            self._add(Finding(cls, kind, ident, res.owner, res.state, evidence + res.evidence))
+            self._add(Finding(cls, kind, ident, res.owner, res.state, evidence))
             return
         reservations = self.reservations_by_cid.get(container_id, [])
         if reservations:
@@ -362,14 +396,41 @@ class _Correlator:
             self._add(Finding(cls, kind, ident, ref.owner, ref.owner_state,
                               (*evidence, f"follows IP reservation {ref.id}: {ref.cls}")))
             return
-        if network and self.cache.networks.get(network, 0) > 0 and not self.pods.pods_without_ip:
-            note = (f"no cache entry or IP reservation for that container, while {self.cache.networks[network]}"
-                    f" other attachments of {network} have cache entries")
+        chain_ips = self.chain_ips.get(container_id, set())
+        claimed = sorted(ip for ip in chain_ips if ip in self.pods.claims)
+        if claimed:
+            pod = self.pods.claims[claimed[0]][0]
+            owner = Owner(uid=pod.uid, namespace=pod.namespace, name=pod.name, container_id=container_id)
+            self._add(Finding(FindingClass.IN_USE, kind, ident, owner, pod.state,
+                              (*evidence, f"its rules match {claimed[0]}, claimed by {owner.label()}")))
+            return
+        if chain_ips and network and self.cache.networks.get(network, 0) > 0 and not self.pods.unsettled:
+            note = (f"no cache entry or IP reservation for that container and no live pod claims"
+                    f" {', '.join(sorted(chain_ips))}, while {self.cache.networks[network]} other attachments of"
+                    f" {network} have cache entries")
             self._add(Finding(leaked, kind, ident, Owner(container_id=container_id), OwnerState.ABSENT,
                               (*evidence, note)))
             return
         self._add(Finding(FindingClass.UNKNOWN, kind, ident, Owner(container_id=container_id),
                           OwnerState.UNKNOWN, (*evidence, "no cache entry or IP reservation to tie it to a pod")))
+
+
+_RULE_IP = re.compile(r"(?:^|\s)(?:-s|-d|--to-destination)\s+\[?([0-9a-fA-F.:]+?)\]?(?:/(?:32|128))?(?::\d+)?(?=\s|$)")
+
+
+def _chain_ips(inv: Inventory) -> dict[str, set[str]]:
+    """Pod IPs the CNI rules of each container name (-s in the masquerade jump, DNAT destinations)."""
+    found: dict[str, set[str]] = defaultdict(set)
+    texts: list[tuple[str | None, str]] = [(c.container_id, r) for c in inv.chains for r in (*c.rules, *c.jumps)]
+    texts += [(r.container_id, r.rule) for r in inv.hostport_rules]
+    for cid, text in texts:
+        if not cid:
+            continue
+        for match in _RULE_IP.finditer(text):
+            ip = normalize_ip(match.group(1))
+            if ip:
+                found[cid].add(ip)
+    return found
 
 
 def _reclass(finding: Finding, cls: FindingClass, note: str) -> Finding:

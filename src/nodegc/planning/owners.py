@@ -57,8 +57,9 @@ class PodIndex:
     claims: dict[str, list[Pod]] = field(default_factory=lambda: defaultdict(list))
     """Non-terminal, non-hostNetwork pods by the IPs their status claims."""
     terminal_claims: dict[str, list[Pod]] = field(default_factory=lambda: defaultdict(list))
-    pods_without_ip: list[Pod] = field(default_factory=list)
-    """Non-terminal pods whose status shows no IP yet: the creation race."""
+    unsettled: list[Pod] = field(default_factory=list)
+    """Non-terminal pods that are not Running with an IP: a sandbox may be in creation for them, and its
+    status may show no IP or an old one (the creation race)."""
 
     @classmethod
     def build(cls, desired: DesiredState) -> PodIndex:
@@ -73,8 +74,8 @@ class PodIndex:
                 for ip in ips:
                     index.terminal_claims[ip].append(pod)
                 continue
-            if not ips:
-                index.pods_without_ip.append(pod)
+            if not ips or pod.state is not OwnerState.LIVE:
+                index.unsettled.append(pod)
             for ip in ips:
                 index.claims[ip].append(pod)
         return index

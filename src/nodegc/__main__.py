@@ -1,0 +1,5 @@
+import sys
+
+from nodegc.cli import main
+
+sys.exit(main())

@@ -1,0 +1,135 @@
+"""`nodegc` command line: flags become settings, settings drive one scan, the report goes to stdout."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import sys
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+
+from nodegc import __version__
+from nodegc.desired.source import DesiredSource, SourceError
+from nodegc.observe.logs import configure_logging, get_logger
+from nodegc.settings import Roots, ScanOptions
+
+EXIT_CLEAN = 0
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+EXIT_RESIDUE = 3
+EXIT_SOURCE = 4
+
+log = get_logger("nodegc.cli")
+
+
+def _add_root_flags(p: argparse.ArgumentParser) -> None:
+    d = Roots()
+    g = p.add_argument_group("node roots (defaults are the production paths)")
+    g.add_argument("--kubelet-root", type=Path, default=d.kubelet_root, metavar="DIR")
+    g.add_argument("--cni-conf-dir", type=Path, default=d.cni_conf_dir, metavar="DIR")
+    g.add_argument("--cni-bin-dir", type=Path, action="append", metavar="DIR",
+                   help=f"repeatable (default: {', '.join(map(str, d.cni_bin_dirs))})")
+    g.add_argument("--cni-data-dir", type=Path, default=d.cni_data_dir, metavar="DIR")
+    g.add_argument("--netns-dir", type=Path, default=d.netns_dir, metavar="DIR")
+    g.add_argument("--proc-root", type=Path, default=d.proc_root, metavar="DIR")
+    g.add_argument("--net-ns", type=Path, default=None, metavar="FILE",
+                   help="read links and iptables in this network namespace (default: the one nodegc runs in)")
+
+
+def _add_source_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("desired state")
+    g.add_argument("--node", default=None,
+                   help="node name (default: $NODE_NAME, else inferred from --pods-from, else the hostname)")
+    src = g.add_mutually_exclusive_group()
+    src.add_argument("--pods-from", type=Path, metavar="FILE",
+                     help="pods snapshot as printed by `kubectl get pods -o json` (or -o yaml)")
+    src.add_argument("--kubeconfig", type=Path, metavar="FILE",
+                     help="kubeconfig (default: in-cluster config, then $KUBECONFIG or ~/.kube/config)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="nodegc", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"nodegc {__version__}")
+    parser.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
+    parser.add_argument("--log-format", default="auto", choices=["auto", "json", "console"])
+    sub = parser.add_subparsers(dest="command", required=True)
+    scan = sub.add_parser("scan", help="inventory the node and report residue (read only)")
+    _add_source_flags(scan)
+    _add_root_flags(scan)
+    scan.add_argument("-o", "--output", choices=["table", "json", "yaml"], default="table")
+    scan.add_argument("--all", action="store_true", help="table: also list resources in use")
+    scan.add_argument("--min-age", type=float, default=ScanOptions().min_age_seconds, metavar="SECONDS",
+                      help="resources younger than this are protected (default: %(default)s)")
+    scan.add_argument("--command-timeout", type=float, default=ScanOptions().command_timeout, metavar="SECONDS")
+    return parser
+
+
+def roots_from_args(args: argparse.Namespace) -> Roots:
+    return Roots(
+        kubelet_root=args.kubelet_root,
+        cni_conf_dir=args.cni_conf_dir,
+        cni_bin_dirs=tuple(args.cni_bin_dir) if args.cni_bin_dir else Roots().cni_bin_dirs,
+        cni_data_dir=args.cni_data_dir,
+        netns_dir=args.netns_dir,
+        proc_root=args.proc_root,
+        net_ns=args.net_ns,
+    )
+
+
+def source_from_args(args: argparse.Namespace) -> DesiredSource:
+    node = args.node or os.environ.get("NODE_NAME")
+    if args.pods_from is not None:
+        from nodegc.desired.snapshot import SnapshotSource
+
+        return SnapshotSource(args.pods_from, node)
+    from nodegc.desired.kube import KubeSource
+
+    return KubeSource(node or socket.gethostname(), kubeconfig=args.kubeconfig)
+
+
+def cmd_scan(args: argparse.Namespace) -> int:
+    from nodegc.inventory.scanning import scan_node
+    from nodegc.planning.correlate import CorrelationPolicy, correlate
+    from nodegc.render import Report, render_json, render_table, render_yaml
+
+    roots = roots_from_args(args)
+    options = ScanOptions(command_timeout=args.command_timeout, min_age_seconds=args.min_age)
+    source = source_from_args(args)
+    try:
+        desired = source.fetch()
+    except SourceError as e:
+        log.error("desired state unavailable", source=source.name, error=str(e))
+        print(f"nodegc: cannot read the pods bound to this node: {e}", file=sys.stderr)
+        return EXIT_SOURCE
+    inventory = scan_node(roots, options)
+    findings = correlate(inventory, desired, now=datetime.now(UTC),
+                         policy=CorrelationPolicy(min_age_seconds=args.min_age))
+    report = Report(node=desired.node, source=desired.source, taken_at=inventory.taken_at,
+                    findings=findings, problems=inventory.problems)
+    for p in inventory.problems:
+        log.warning("read problem", kind=p.kind.value, path=p.path, reason=p.reason)
+    log.info("scan done", node=desired.node, findings=len(findings), residue=len(report.residue),
+             conflicts=len(report.conflicts), problems=len(inventory.problems))
+    out = {"json": render_json, "yaml": render_yaml}.get(args.output)
+    sys.stdout.write(out(report) if out else render_table(report, show_all=args.all))
+    return EXIT_RESIDUE if report.residue or report.conflicts else EXIT_CLEAN
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    fmt = {"auto": None, "json": True, "console": False}[args.log_format]
+    configure_logging(args.log_level, json_output=fmt)
+    try:
+        if args.command == "scan":
+            return cmd_scan(args)
+    except KeyboardInterrupt:
+        return 130
+    parser.error(f"unknown command {args.command}")
+    return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,179 @@
+"""libcni result cache: `<cni data>/results/<net>-<cid>-<ifname>`, written by the runtime at CNI ADD.
+
+The cache is what ties a container id (the one in an IP reservation) to a pod UID and a netns, and it keeps
+the exact network configuration a CNI DEL needs. libcni writes it non-atomically, so truncated files are
+expected after a crash; each one becomes a ReadProblem, never a guess.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import ipaddress
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from nodegc.inventory.cni_ipam import FileReadError, list_top_dir, read_small_file, symlink_reason
+from nodegc.model.resources import CNICacheEntry, Kind, ReadProblem
+
+CACHE_KIND = "cniCacheV1"
+MAX_CACHE_BYTES = 1024 * 1024
+_POD_ARGS = {
+    "K8S_POD_NAMESPACE": "pod_namespace",
+    "K8S_POD_NAME": "pod_name",
+    "K8S_POD_UID": "pod_uid",
+    "K8S_POD_INFRA_CONTAINER_ID": "infra_container_id",
+}
+
+
+def _load(content: bytes) -> dict[str, Any]:
+    try:
+        text = content.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"not valid UTF-8 (byte {e.start})") from e
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as e:
+        if not text.strip():
+            raise ValueError("empty file") from e
+        if _cut_off(text, e):
+            # Cut off mid-write: say where the data stops, which is what a reader of the file can check.
+            raise ValueError(f"truncated JSON at char {len(text)}") from e
+        raise ValueError(f"malformed JSON at char {e.pos}: {e.msg}") from e
+    if not isinstance(doc, dict):
+        raise ValueError(f"top level is {type(doc).__name__}, not an object")
+    return doc
+
+
+def _cut_off(text: str, e: json.JSONDecodeError) -> bool:
+    """Whether the document is a prefix of valid JSON rather than wrong in the middle (best effort)."""
+    body = text.rstrip()
+    rest = body[e.pos :]
+    if not rest or e.msg.startswith("Unterminated string"):
+        return True
+    if any(word != rest and word.startswith(rest) for word in ("true", "false", "null")):
+        return True
+    return e.pos == len(body) - 1 and body[-1] in ".eE+-"
+
+
+def _required_str(doc: dict[str, Any], key: str) -> str:
+    value = doc.get(key)
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"missing or empty {key!r}")
+    return value
+
+
+def _cni_args(raw: object) -> tuple[tuple[str, str], ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise ValueError("cniArgs is not a list")
+    pairs: list[tuple[str, str]] = []
+    for item in raw:
+        if not (isinstance(item, list) and len(item) == 2 and all(isinstance(x, str) for x in item)):
+            raise ValueError(f"cniArgs entry {item!r} is not a [key, value] pair of strings")
+        pairs.append((item[0], item[1]))
+    return tuple(pairs)
+
+
+def _address(value: object) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"result address {value!r} is not a string")
+    try:
+        return str(ipaddress.ip_interface(value).ip)
+    except ValueError as e:
+        raise ValueError(f"result address {value!r} is not an IP address") from e
+
+
+def _result_ips(result: object) -> tuple[str, ...]:
+    """Addresses from a current result (`ips[].address`) or a pre-0.3.0 one (`ip4.ip`, `ip6.ip`)."""
+    if result is None:
+        return ()
+    if not isinstance(result, dict):
+        raise ValueError("result is not an object")
+    ips: list[str] = []
+    entries = result.get("ips") or []
+    if not isinstance(entries, list):
+        raise ValueError("result.ips is not a list")
+    for entry in entries:
+        if not isinstance(entry, dict):
+            raise ValueError("result.ips entry is not an object")
+        ips.append(_address(entry.get("address")))
+    for legacy in ("ip4", "ip6"):
+        block = result.get(legacy)
+        if isinstance(block, dict) and "ip" in block:
+            ips.append(_address(block["ip"]))
+    return tuple(dict.fromkeys(ips))
+
+
+def _config(raw: object) -> str | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, str):
+        raise ValueError("config is not a base64 string")
+    try:
+        return base64.b64decode(raw, validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError) as e:
+        raise ValueError(f"bad base64 in config: {e}") from e
+
+
+def parse_cache_entry(path: str, content: bytes, *, inode: int, mtime: float) -> CNICacheEntry:
+    """Strict on purpose: an entry that is not exactly what libcni writes is no evidence of ownership."""
+    doc = _load(content)
+    kind = doc.get("kind")
+    if kind != CACHE_KIND:
+        raise ValueError(f"kind is {kind!r}, not {CACHE_KIND!r}")
+    container_id = _required_str(doc, "containerId")
+    network = _required_str(doc, "networkName")
+    ifname = _required_str(doc, "ifName")
+    netns = doc.get("netns")
+    if netns is not None and not isinstance(netns, str):
+        raise ValueError("netns is not a string")
+    args = _cni_args(doc.get("cniArgs"))
+    pod: dict[str, str] = {}
+    for key, value in args:  # later keys win, as they do when libcni builds CNI_ARGS
+        if key in _POD_ARGS:
+            pod[_POD_ARGS[key]] = value
+    capability_args = doc.get("capabilityArgs")
+    return CNICacheEntry(
+        path=path,
+        inode=inode,
+        mtime=mtime,
+        network=network,
+        container_id=container_id,
+        ifname=ifname,
+        netns=netns or None,
+        pod_namespace=pod.get("pod_namespace") or None,
+        pod_name=pod.get("pod_name") or None,
+        pod_uid=pod.get("pod_uid") or None,
+        infra_container_id=pod.get("infra_container_id") or None,
+        ips=_result_ips(doc.get("result")),
+        cni_args=args,
+        config_json=_config(doc.get("config")),
+        capability_args_json=None if capability_args is None else json.dumps(capability_args, sort_keys=True),
+    )
+
+
+def scan_cni_cache(cni_data_dir: Path) -> tuple[tuple[CNICacheEntry, ...], tuple[ReadProblem, ...]]:
+    results_path = os.path.join(os.fsdecode(cni_data_dir), "results")
+    entries, problem = list_top_dir(results_path, kind=Kind.CNI_CACHE)
+    problems: list[ReadProblem] = [problem] if problem else []
+    found: list[CNICacheEntry] = []
+    for entry in entries:
+        try:
+            if entry.is_symlink():
+                problems.append(ReadProblem(Kind.CNI_CACHE, entry.path, symlink_reason(entry.path)))
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                continue
+        except OSError as e:
+            problems.append(ReadProblem(Kind.CNI_CACHE, entry.path, str(e)))
+            continue
+        try:
+            small = read_small_file(entry.path, limit=MAX_CACHE_BYTES)
+            found.append(parse_cache_entry(entry.path, small.content, inode=small.inode, mtime=small.mtime))
+        except (FileReadError, ValueError) as e:
+            problems.append(ReadProblem(Kind.CNI_CACHE, entry.path, str(e)))
+    return tuple(found), tuple(problems)

@@ -1,0 +1,105 @@
+"""One read-only pass over a node: every reader, in an order that lets later ones reuse earlier reads."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+from nodegc.inventory.cni_cache import scan_cni_cache
+from nodegc.inventory.cni_ipam import scan_ip_reservations
+from nodegc.inventory.iptables import scan_iptables
+from nodegc.inventory.links import scan_veths
+from nodegc.inventory.mounting import read_mounts
+from nodegc.inventory.netns import NetnsReadError, read_netns_addresses, scan_netns
+from nodegc.inventory.pod_dirs import scan_pod_dirs
+from nodegc.model.resources import Inventory, Kind, NetnsEntry, ReadProblem
+from nodegc.observe.logs import get_logger
+from nodegc.settings import Roots, ScanOptions
+
+log = get_logger(__name__)
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def scan_node(
+    roots: Roots,
+    options: ScanOptions | None = None,
+    *,
+    now: Callable[[], datetime] = _utcnow,
+) -> Inventory:
+    options = options or ScanOptions()
+    taken_at = now()
+    started = time.monotonic()
+    problems: list[ReadProblem] = []
+
+    mounts, found = read_mounts(roots.proc_root)
+    problems += found
+    pod_dirs, found = scan_pod_dirs(roots.kubelet_root, mounts)
+    problems += found
+    reservations, found = scan_ip_reservations(roots.cni_data_dir)
+    problems += found
+    cache, found = scan_cni_cache(roots.cni_data_dir)
+    problems += found
+    netns, found = scan_netns(roots.netns_dir, mounts)
+    problems += found
+    netns, unread = _with_addresses(netns, {_basename(e.netns) for e in cache if e.netns})
+    problems += unread
+    veths, found = scan_veths(netns_entries=netns, net_ns=roots.net_ns)
+    problems += found
+    chains, rules, found = scan_iptables(
+        net_ns=roots.net_ns, commands=options.iptables_save, timeout=options.command_timeout
+    )
+    problems += found
+
+    inventory = Inventory(
+        taken_at=taken_at,
+        pod_dirs=pod_dirs,
+        mounts=mounts,
+        ip_reservations=reservations,
+        cni_cache=cache,
+        netns=netns,
+        veths=veths,
+        chains=chains,
+        hostport_rules=rules,
+        problems=tuple(problems),
+    )
+    log.debug(
+        "node scanned",
+        seconds=round(time.monotonic() - started, 4),
+        pod_dirs=len(pod_dirs),
+        mounts=len(mounts),
+        ip_reservations=len(reservations),
+        cni_cache=len(cache),
+        netns=len(netns),
+        veths=len(veths),
+        chains=len(chains),
+        problems=len(problems),
+    )
+    return inventory
+
+
+def _basename(path: str) -> str:
+    return path.rstrip("/").rsplit("/", 1)[-1]
+
+
+def _with_addresses(
+    entries: tuple[NetnsEntry, ...], referenced: set[str]
+) -> tuple[tuple[NetnsEntry, ...], list[ReadProblem]]:
+    """Only a namespace no cache entry names needs its addresses: they are its last link to a pod."""
+    out: list[NetnsEntry] = []
+    problems: list[ReadProblem] = []
+    for entry in entries:
+        if not entry.mounted or entry.name in referenced:
+            out.append(entry)
+            continue
+        try:
+            out.append(dataclasses.replace(entry, addresses=read_netns_addresses(Path(entry.path))))
+        except NetnsReadError as e:
+            out.append(entry)
+            problems.append(ReadProblem(Kind.NETNS, entry.path, f"cannot read addresses: {e}"))
+    return tuple(out), problems

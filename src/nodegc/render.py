@@ -1,0 +1,152 @@
+"""Findings as a table for people and as JSON/YAML documents for machines."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, TypedDict
+
+import yaml
+
+from nodegc.model.findings import Finding, FindingClass
+from nodegc.model.resources import ReadProblem
+
+
+class OwnerDoc(TypedDict):
+    uid: str | None
+    namespace: str | None
+    name: str | None
+    container_id: str | None
+
+
+# The wire form of one finding; "class" is a keyword, hence the functional TypedDict form.
+FindingWire = TypedDict(
+    "FindingWire",
+    {
+        "class": str,
+        "kind": str,
+        "id": str,
+        "owner": OwnerDoc,
+        "owner_state": str,
+        "evidence": list[str],
+        "netns": str | None,
+        "ip": str | None,
+        "residue": bool,
+    },
+)
+
+
+@dataclass(frozen=True)
+class Report:
+    node: str
+    source: str
+    taken_at: datetime
+    findings: Sequence[Finding]
+    problems: Sequence[ReadProblem]
+
+    @property
+    def residue(self) -> list[Finding]:
+        return [f for f in self.findings if f.cls.is_residue]
+
+    @property
+    def conflicts(self) -> list[Finding]:
+        return [f for f in self.findings if f.cls is FindingClass.CONFLICT]
+
+
+def finding_doc(f: Finding) -> FindingWire:
+    return {
+        "class": f.cls.value,
+        "kind": f.kind.value,
+        "id": f.id,
+        "owner": {
+            "uid": f.owner.uid,
+            "namespace": f.owner.namespace,
+            "name": f.owner.name,
+            "container_id": f.owner.container_id,
+        },
+        "owner_state": f.owner_state.value,
+        "evidence": list(f.evidence),
+        "netns": f.netns,
+        "ip": f.ip,
+        "residue": f.cls.is_residue,
+    }
+
+
+def report_doc(report: Report) -> dict[str, Any]:
+    return {
+        "apiVersion": "nodegc.io/v1alpha1",
+        "kind": "ScanReport",
+        "node": report.node,
+        "source": report.source,
+        "takenAt": report.taken_at.isoformat(),
+        "summary": summary(report),
+        "findings": [finding_doc(f) for f in report.findings],
+        "problems": [{"kind": p.kind.value, "path": p.path, "reason": p.reason} for p in report.problems],
+    }
+
+
+def summary(report: Report) -> dict[str, Any]:
+    by_class = Counter(f.cls.value for f in report.findings)
+    return {
+        "findings": len(report.findings),
+        "residue": len(report.residue),
+        "conflicts": len(report.conflicts),
+        "problems": len(report.problems),
+        "byClass": dict(sorted(by_class.items())),
+    }
+
+
+def render_json(report: Report) -> str:
+    return json.dumps(report_doc(report), indent=2, ensure_ascii=False) + "\n"
+
+
+def render_yaml(report: Report) -> str:
+    return yaml.safe_dump(report_doc(report), sort_keys=False, allow_unicode=True)
+
+
+_ORDER = {cls: i for i, cls in enumerate(FindingClass)}
+
+
+def render_table(report: Report, *, show_all: bool = False) -> str:
+    """Grouped by owner so one dead pod's leftovers read as one block; in-use items only on request."""
+    shown = [f for f in report.findings if show_all or f.cls is not FindingClass.IN_USE]
+    groups: dict[str, list[Finding]] = defaultdict(list)
+    for f in shown:
+        groups[f.group_key].append(f)
+    rows: list[tuple[str, str, str, str, str]] = []
+    for key in sorted(groups, key=lambda k: (_group_rank(groups[k]), groups[k][0].owner.label(), k)):
+        items = sorted(groups[key], key=lambda f: (_ORDER[f.cls], f.kind.value, f.id))
+        first = items[0]
+        owner = first.owner.label()
+        if first.owner.uid and first.owner.name:
+            owner += f" ({first.owner.uid[:8]})"
+        for i, f in enumerate(items):
+            rows.append((owner if i == 0 else "", first.owner_state.value if i == 0 else "",
+                         f.cls.value, f.kind.value, f.id))
+    lines = [f"node {report.node}  source {report.source}  at {report.taken_at.isoformat(timespec='seconds')}"]
+    if rows:
+        header = ("OWNER", "STATE", "CLASS", "KIND", "RESOURCE")
+        widths = [max(len(r[i]) for r in [header, *rows]) for i in range(4)]
+        for row in [header, *rows]:
+            lines.append("  ".join(c.ljust(w) for c, w in zip(row[:4], widths, strict=True)) + "  " + row[4])
+    s = summary(report)
+    in_use = s["byClass"].get("in_use", 0)
+    lines.append(
+        f"{s['residue']} residue, {s['conflicts']} conflicts, {s['byClass'].get('unknown', 0)} unknown, "
+        f"{s['byClass'].get('protected', 0)} protected, {in_use} in use"
+        + ("" if show_all or not in_use else " (shown with --all)")
+    )
+    for p in report.problems:
+        lines.append(f"problem: {p.kind.value} {p.path}: {p.reason}")
+    return "\n".join(lines) + "\n"
+
+
+def _group_rank(items: list[Finding]) -> int:
+    """Conflicts first, then residue, then what is only reported."""
+    if any(f.cls is FindingClass.CONFLICT for f in items):
+        return -1
+    residue = [_ORDER[f.cls] for f in items if f.cls.is_residue]
+    return min(residue) if residue else 100

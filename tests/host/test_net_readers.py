@@ -1,0 +1,245 @@
+"""Network readers against real kernel objects: a node netns, pod netns with veths, CNI iptables chains.
+
+Everything is created below a temporary directory inside the session's private mount and network
+namespace (see notes: the host tests run under `unshare --mount --net --propagation private`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from nodegc.inventory.iptables import scan_iptables
+from nodegc.inventory.links import scan_veths
+from nodegc.inventory.mounting import read_mounts
+from nodegc.inventory.netns import NetnsReadError, read_netns_addresses, scan_netns
+from nodegc.model.resources import Kind, NetnsEntry
+
+pytestmark = pytest.mark.host
+
+CNI_BIN = Path("/usr/lib/cni")
+NET = "k8s-pod-network"
+CID = "c0ffee00c0ffee00c0ffee00c0ffee00c0ffee00c0ffee00c0ffee00c0ffee00"
+
+
+def _require_root() -> None:
+    # the isolation itself (private mount and network namespace) is checked by tests/host/conftest.py
+    if os.geteuid() != 0:
+        pytest.skip("needs root")
+
+
+def _run(*argv: str | Path, stdin: str | None = None, env: dict[str, str] | None = None) -> str:
+    proc = subprocess.run(
+        [os.fspath(a) for a in argv],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+        env=env,
+    )
+    assert proc.returncode == 0, f"{argv}: {proc.stdout} {proc.stderr}"
+    return proc.stdout
+
+
+def _make_netns(path: Path) -> None:
+    path.touch()
+    _run("unshare", f"--net={path}", "true")
+
+
+def _in_node(node: Path, *argv: str | Path) -> str:
+    return _run("nsenter", f"--net={node}", *argv)
+
+
+@dataclass(frozen=True)
+class Node:
+    root: Path
+    node_ns: Path
+    netns_dir: Path
+    pod_a: Path
+    pod_b: Path
+    pod_c: Path
+    leftover: Path
+    stray_peer: str
+
+
+def _cni_add(node: Path, *, netns: Path, ipam_dir: Path) -> None:
+    """bridge (ipMasq) then portmap, run in the node namespace as the runtime would."""
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
+        "CNI_COMMAND": "ADD",
+        "CNI_CONTAINERID": CID,
+        "CNI_NETNS": str(netns),
+        "CNI_IFNAME": "eth0",
+        "CNI_PATH": str(CNI_BIN),
+    }
+    bridge = {
+        "cniVersion": "1.0.0",
+        "name": NET,
+        "type": "bridge",
+        "bridge": "cni0",
+        "isGateway": True,
+        "ipMasq": True,
+        "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.88.0.0/16"}]], "dataDir": str(ipam_dir)},
+    }
+    result = _run("nsenter", f"--net={node}", CNI_BIN / "bridge", stdin=json.dumps(bridge), env=env)
+    portmap = {
+        "cniVersion": "1.0.0",
+        "name": NET,
+        "type": "portmap",
+        "capabilities": {"portMappings": True},
+        "runtimeConfig": {"portMappings": [{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}]},
+        "prevResult": json.loads(result),
+    }
+    _run("nsenter", f"--net={node}", CNI_BIN / "portmap", stdin=json.dumps(portmap), env=env)
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
+    _require_root()
+    root = tmp_path_factory.mktemp("netnode")
+    netns_dir = root / "netns"
+    netns_dir.mkdir()
+    node_ns = root / "node"
+    _make_netns(node_ns)
+    _in_node(node_ns, "ip", "link", "set", "lo", "up")
+    _in_node(node_ns, "ip", "link", "add", "br-test", "type", "bridge")
+
+    pod_a, pod_b, pod_c = netns_dir / "pod-a", netns_dir / "pod-b", netns_dir / "pod-c"
+    for pod, veth in ((pod_a, "veth-a"), (pod_b, "veth-b")):
+        _make_netns(pod)
+        _in_node(node_ns, "ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", pod)
+    _in_node(node_ns, "ip", "link", "set", "veth-a", "master", "br-test")
+    _run("nsenter", f"--net={pod_a}", "ip", "addr", "add", "10.77.0.5/24", "dev", "eth0")
+    _run("nsenter", f"--net={pod_a}", "ip", "addr", "add", "10.77.1.5/32", "dev", "lo")
+    _run("nsenter", f"--net={pod_a}", "ip", "link", "set", "lo", "up")
+
+    # a veth whose peer lives in a namespace without a netns file (here: the session's own)
+    stray_peer = f"stray{os.getpid() % 100000}"
+    _in_node(node_ns, "ip", "link", "add", "veth-s", "type", "veth", "peer", "name", stray_peer,
+             "netns", f"/proc/{os.getpid()}/ns/net")  # fmt: skip
+
+    _make_netns(pod_c)
+    _cni_add(node_ns, netns=pod_c, ipam_dir=root / "ipam")
+
+    leftover = netns_dir / "cni-leftover"
+    leftover.touch()
+    (netns_dir / "subdir").mkdir()
+    (netns_dir / "link").symlink_to(pod_a)
+
+    yield Node(root, node_ns, netns_dir, pod_a, pod_b, pod_c, leftover, stray_peer)
+
+    subprocess.run(["ip", "link", "del", stray_peer], capture_output=True, timeout=30, check=False)
+    for ns in (pod_a, pod_b, pod_c, node_ns):
+        subprocess.run(["umount", str(ns)], capture_output=True, timeout=30, check=False)
+
+
+def _scan(node: Node) -> tuple[dict[str, NetnsEntry], list[str]]:
+    mounts, _ = read_mounts()
+    entries, problems = scan_netns(node.netns_dir, mounts)
+    return {e.name: e for e in entries}, [f"{p.path}: {p.reason}" for p in problems]
+
+
+def test_scan_netns_mounted_and_leftover(node: Node) -> None:
+    entries, problems = _scan(node)
+    assert set(entries) == {"pod-a", "pod-b", "pod-c", "cni-leftover"}
+    for name in ("pod-a", "pod-b", "pod-c"):
+        e = entries[name]
+        assert e.mounted
+        assert e.path == str(node.netns_dir / name)
+        assert e.ns_inode == os.stat(e.path).st_ino
+        assert e.file_inode is not None
+        assert e.file_inode != e.ns_inode  # the file under the mount, not the namespace
+    assert len({entries[n].ns_inode for n in ("pod-a", "pod-b", "pod-c")}) == 3
+    left = entries["cni-leftover"]
+    assert (left.mounted, left.ns_inode) == (False, None)
+    assert left.file_inode == os.lstat(node.leftover).st_ino
+    assert sorted(problems) == [
+        f"{node.netns_dir / 'link'}: symlink in netns dir, not followed",
+        f"{node.netns_dir / 'subdir'}: directory in netns dir",
+    ]
+
+
+def test_scan_netns_missing_dir_is_empty(node: Node) -> None:
+    assert scan_netns(node.root / "absent", ()) == ((), ())
+
+
+def test_mount_point_missing_from_table_is_kept_as_mounted(node: Node) -> None:
+    entries, problems = scan_netns(node.netns_dir, ())
+    assert all(entries_by.mounted for entries_by in entries if entries_by.name.startswith("pod-"))
+    assert sum("missing from the mount table" in p.reason for p in problems) == 3
+
+
+def test_read_netns_addresses(node: Node) -> None:
+    assert read_netns_addresses(node.pod_a) == ("10.77.0.5",)
+    assert read_netns_addresses(node.pod_b) == ()
+
+
+def test_read_netns_addresses_of_leftover_fails_without_creating(node: Node) -> None:
+    with pytest.raises(NetnsReadError):
+        read_netns_addresses(node.leftover)
+    with pytest.raises(NetnsReadError):
+        read_netns_addresses(node.netns_dir / "never-existed")
+    assert not (node.netns_dir / "never-existed").exists()
+    entries, _ = _scan(node)
+    assert not entries["cni-leftover"].mounted
+
+
+def test_scan_veths_resolves_peers(node: Node) -> None:
+    entries, _ = _scan(node)
+    veths, problems = scan_veths(netns_entries=tuple(entries.values()), net_ns=node.node_ns)
+    assert problems == ()
+    by_name = {v.name: v for v in veths}
+    assert {"veth-a", "veth-b", "veth-s"} <= set(by_name)
+    assert len(veths) == 4  # plus the bridge plugin's veth for pod-c
+    a, b, s = by_name["veth-a"], by_name["veth-b"], by_name["veth-s"]
+    assert (a.peer_netns_path, a.peer_ns_inode) == (str(node.pod_a), entries["pod-a"].ns_inode)
+    assert (b.peer_netns_path, b.peer_ns_inode) == (str(node.pod_b), entries["pod-b"].ns_inode)
+    assert (a.master, b.master) == ("br-test", None)
+    assert a.mac is not None and a.index > 0 and a.peer_ifindex is not None
+    assert s.peer_netnsid is not None and s.peer_netns_path is None
+    plugin_veth = next(v for n, v in by_name.items() if n not in ("veth-a", "veth-b", "veth-s"))
+    assert (plugin_veth.master, plugin_veth.peer_netns_path) == ("cni0", str(node.pod_c))
+
+
+def test_scan_veths_without_entries_leaves_peers_unresolved(node: Node) -> None:
+    veths, problems = scan_veths(netns_entries=(), net_ns=node.node_ns)
+    assert problems == ()
+    assert veths and all(v.peer_netns_path is None and v.peer_netnsid is not None for v in veths)
+
+
+def test_scan_veths_bad_netns_is_one_problem(node: Node) -> None:
+    veths, problems = scan_veths(netns_entries=(), net_ns=node.leftover)
+    assert veths == ()
+    assert len(problems) == 1 and problems[0].kind is Kind.VETH
+
+
+def test_scan_iptables_through_net_ns(node: Node) -> None:
+    chains, rules, problems = scan_iptables(net_ns=node.node_ns, commands=("iptables-save",), timeout=30)
+    assert problems == ()
+    assert {(c.table, c.network, c.container_id) for c in chains} == {("nat", NET, CID)}
+    assert sorted(c.name.split("-")[1] == "DN" for c in chains) == [False, True]
+    assert [(r.chain, r.container_id) for r in rules] == [("CNI-HOSTPORT-DNAT", CID)]
+
+
+def test_scan_iptables_reads_the_requested_namespace_only(node: Node) -> None:
+    # other host tests may run plugins in the session namespace: only this module's container must be absent
+    chains, rules, _ = scan_iptables(net_ns=None, commands=("iptables-save",), timeout=30)
+    assert all(c.container_id != CID for c in chains)
+    assert all(r.container_id != CID for r in rules)
+
+
+def test_scan_iptables_missing_binary_is_a_problem(node: Node) -> None:
+    chains, _, problems = scan_iptables(
+        net_ns=node.node_ns, commands=("nodegc-no-such-save", "iptables-save"), timeout=30
+    )
+    assert len(chains) == 2
+    assert len(problems) == 1 and "nodegc-no-such-save" in problems[0].path
+    _, _, problems = scan_iptables(net_ns=None, commands=("/nonexistent/iptables-save",), timeout=30)
+    assert len(problems) == 1 and problems[0].reason.startswith("not found")
