@@ -20,7 +20,6 @@ from nodegc.model.resources import (
     HostportRule,
     Inventory,
     IPReservation,
-    IptablesChain,
     Kind,
     NetnsEntry,
     PodDir,
@@ -85,10 +84,16 @@ class _Correlator:
         for link in self.inv.veths:
             self._veth(link)
         for chain in self.inv.chains:
-            self._by_container(Kind.IPTABLES_CHAIN, chain.name, chain.container_id, chain.network, chain)
+            self._by_container(Kind.IPTABLES_CHAIN, chain.name, chain.container_id, chain.network)
         for rule in self.inv.hostport_rules:
-            self._by_container(Kind.HOSTPORT_RULE, _rule_id(rule), rule.container_id, rule.network, rule)
+            self._by_container(Kind.HOSTPORT_RULE, _rule_id(rule), rule.container_id, rule.network)
         return tuple(self.findings)
+
+    def _container_mtime(self, container_id: str) -> float | None:
+        """Rules carry no timestamp; they are as young as the youngest file of the same sandbox."""
+        times = [e.mtime for e in self.cache.by_container.get(container_id, [])]
+        times += [r.mtime for r, _ in self.reservations_by_cid.get(container_id, [])]
+        return max(times) if times else None
 
     # -- helpers -------------------------------------------------------------------------------
 
@@ -360,7 +365,20 @@ class _Correlator:
         ident: str,
         container_id: str | None,
         network: str | None,
-        item: IptablesChain | HostportRule,
+    ) -> None:
+        before = len(self.findings)
+        self._classify_by_container(kind, ident, container_id, network)
+        added = self.findings[before:]
+        mtime = self._container_mtime(container_id) if container_id else None
+        if added and added[0].cls.is_residue and mtime is not None and self._young(mtime):
+            self.findings[before] = _reclass(added[0], FindingClass.PROTECTED, self._age_note(mtime))
+
+    def _classify_by_container(
+        self,
+        kind: Kind,
+        ident: str,
+        container_id: str | None,
+        network: str | None,
     ) -> None:
         leaked = FindingClass.LEAKED_CHAIN if kind is Kind.IPTABLES_CHAIN else FindingClass.LEAKED_HOSTPORT_RULE
         if not container_id:
