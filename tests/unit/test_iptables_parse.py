@@ -290,3 +290,10 @@ def test_read_iptables_save_concatenates_and_survives_failures(tmp_path: Path) -
         (slow, "timed out after 0.5s"),
         (missing, f"not found: {missing}"),
     ]
+
+
+def test_tokenize_is_linear_on_hostile_lines() -> None:
+    # A planted comment must not be able to stall the scan through regex backtracking.
+    for line in ['-A X "abc', "-A X " + "a" * 20000 + ' "abc def', '"' * 30001, "-A " + 'x"y' * 5000 + '"']:
+        with pytest.raises(ValueError, match="unterminated quote"):
+            tokenize(line)

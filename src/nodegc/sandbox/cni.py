@@ -79,7 +79,9 @@ def _exec_plugin(
 ) -> bytes:
     argv = ["nsenter", f"--net={host_netns}", str(binary)]
     try:
-        proc = subprocess.run(argv, input=stdin, env=dict(env), capture_output=True, timeout=timeout, check=False)
+        proc = subprocess.run(
+            argv, input=stdin, env=dict(env), capture_output=True, timeout=timeout, check=False
+        )
     except subprocess.TimeoutExpired as e:
         raise CNIError(f"{binary.name} {env['CNI_COMMAND']} timed out after {timeout}s") from e
     except OSError as e:
@@ -131,7 +133,11 @@ def run_conflist(
         result: Mapping[str, Any] | None = None
         for plugin in plugins:
             stdin = _plugin_stdin(
-                plugin, name=name, cni_version=cni_version, prev_result=result, capability_args=capability_args
+                plugin,
+                name=name,
+                cni_version=cni_version,
+                prev_result=result,
+                capability_args=capability_args,
             )
             out = _exec_plugin(
                 _find_plugin(str(plugin.get("type", "")), cni_path),
@@ -150,7 +156,11 @@ def run_conflist(
         return dict(result) if result is not None else None
     for plugin in reversed(plugins):
         stdin = _plugin_stdin(
-            plugin, name=name, cni_version=cni_version, prev_result=prev_result, capability_args=capability_args
+            plugin,
+            name=name,
+            cni_version=cni_version,
+            prev_result=prev_result,
+            capability_args=capability_args,
         )
         _exec_plugin(
             _find_plugin(str(plugin.get("type", "")), cni_path),
@@ -179,7 +189,9 @@ def write_cache_entry(
     result: Mapping[str, Any],
 ) -> Path:
     """Write what libcni writes after a successful ADD; nodegc later reads it to tie an IP to a pod."""
-    path = cache_entry_path(cni_data_dir=cni_data_dir, network=network, container_id=container_id, ifname=ifname)
+    path = cache_entry_path(
+        cni_data_dir=cni_data_dir, network=network, container_id=container_id, ifname=ifname
+    )
     doc: dict[str, Any] = {
         "kind": CACHE_KIND,
         "containerId": container_id,
