@@ -125,9 +125,9 @@ def _parse_rule(line: str) -> tuple[_Rule | None, str]:
 
 
 # One character class per alternative and a mandatory separator keep both patterns linear on any input.
-_TOKEN = r'(?:[^\s"]|"(?:[^"\\]|\\.)*")+'
-_TOKENS = re.compile(_TOKEN)
-_LINE = re.compile(rf"\s*(?:{_TOKEN}(?:\s+|$))*")
+_WORD = r'(?:[^\s"]|"(?:[^"\\]|\\.)*")+'
+_TOKENS = re.compile(_WORD)
+_LINE = re.compile(rf"\s*(?:{_WORD}(?:\s+|$))*")
 _QUOTED = re.compile(r'"((?:[^"\\]|\\.)*)"')
 _ESCAPE = re.compile(r"\\(.)")
 
