@@ -227,3 +227,16 @@ def test_in_cluster_without_service_account_is_a_source_error(
     monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
     with pytest.raises(SourceError, match="configuration"):
         KubeSource(NODE).fetch()
+
+
+def test_get_pod_is_a_live_get(api: FakeKubeAPI, kubeconfig: Path) -> None:
+    api.add_pod(pod("web", namespace="shop"))
+    with source(kubeconfig) as src:
+        got = src.get_pod("shop", "web")
+        assert got is not None and got.uid == "uid-shop-web"
+        assert src.get_pod("shop", "gone") is None
+        gets = [r for r in api.requests if r.path.startswith("/api/v1/namespaces/shop/pods/")]
+        assert [r.path for r in gets] == ["/api/v1/namespaces/shop/pods/web", "/api/v1/namespaces/shop/pods/gone"]
+        api.fail_next(503)
+        with pytest.raises(SourceError, match="503"):
+            src.get_pod("shop", "web")

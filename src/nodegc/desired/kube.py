@@ -70,6 +70,30 @@ class KubeSource:
                 pods.append(pod)
         return DesiredState(node=self.node, pods=tuple(pods), source=self.name, fetched_at=fetched_at)
 
+    def get_pod(self, namespace: str, name: str) -> Pod | None:
+        """A live GET of one pod: the terminate phase's fresh read, never the list or a cache."""
+        client = self._get_client()
+        what = f"getting pod {namespace}/{name}"
+        try:
+            obj = client.get(PodResource, name=name, namespace=namespace)
+        except lightkube.ApiError as e:
+            code = e.status.code if e.status.code is not None else e.response.status_code
+            if code == 404:
+                return None
+            raise SourceError(f"{what} failed: HTTP {code} {e.status.reason or e.response.reason_phrase}") from e
+        except httpx2.HTTPStatusError as e:
+            if e.response.status_code == 404:
+                return None
+            raise SourceError(f"{what} failed: HTTP {e.response.status_code} {e.response.reason_phrase}") from e
+        except httpx2.HTTPError as e:
+            raise SourceError(f"{what} failed: {type(e).__name__}: {e}") from e
+        except (MsgspecError, ValueError) as e:
+            raise SourceError(f"{what}: malformed API response: {e}") from e
+        try:
+            return pod_from_object(obj.to_dict())
+        except ValueError as e:
+            raise SourceError(f"{what}: the pod cannot be identified: {e}") from e
+
     def close(self) -> None:
         if self._client is not None and self._owns_client:
             self._client.close()

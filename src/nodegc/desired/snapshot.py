@@ -44,6 +44,14 @@ class SnapshotSource:
         return DesiredState(node=node, pods=mine, source=self.name, fetched_at=fetched_at)
 
 
+    def get_pod(self, namespace: str, name: str) -> Pod | None:
+        """Re-reads the file: a snapshot that changed since the scan is what the next read must see."""
+        for pod in self.fetch().pods:
+            if pod.namespace == namespace and pod.name == name:
+                return pod
+        return None
+
+
 def _load(path: Path) -> list[Any]:
     """JSON gets its own parser because its errors carry line and column; anything else is YAML."""
     try:

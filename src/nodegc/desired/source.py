@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from nodegc.model.pods import DesiredState
+from nodegc.model.pods import DesiredState, Pod
 
 
 class SourceError(Exception):
@@ -23,4 +23,9 @@ class DesiredSource(Protocol):
 
     def fetch(self) -> DesiredState:
         """Return the pods bound to the node now; raise SourceError rather than return a partial list."""
+        ...
+
+    def get_pod(self, namespace: str, name: str) -> Pod | None:
+        """A fresh read of one pod (never a cached copy): None when it does not exist; SourceError when
+        the source cannot answer. The engine's terminate phase compares its UID before acting."""
         ...

@@ -10,88 +10,14 @@ from __future__ import annotations
 import base64
 import json
 import os
-import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from nodegc.reclaim.cni_exec import CNIError, exec_plugin, find_plugin, plugin_env, plugin_stdin
+
 CACHE_KIND = "cniCacheV1"
-_DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-
-
-class CNIError(RuntimeError):
-    """A plugin failed, timed out or could not be found; the message carries the plugin's own error."""
-
-
-def _find_plugin(plugin_type: str, cni_path: Sequence[Path]) -> Path:
-    if not plugin_type or "/" in plugin_type:
-        raise CNIError(f"invalid plugin type {plugin_type!r}")
-    for directory in cni_path:
-        candidate = directory / plugin_type
-        if candidate.is_file() and os.access(candidate, os.X_OK):
-            return candidate
-    raise CNIError(f"plugin {plugin_type!r} not found in {':'.join(map(str, cni_path))}")
-
-
-def _plugin_stdin(
-    plugin: Mapping[str, Any],
-    *,
-    name: str,
-    cni_version: str,
-    prev_result: Mapping[str, Any] | None,
-    capability_args: Mapping[str, Any],
-) -> bytes:
-    """libcni injects only the runtime config a plugin asked for through its `capabilities`."""
-    conf: dict[str, Any] = dict(plugin)
-    conf["name"] = name
-    conf["cniVersion"] = cni_version
-    if prev_result is not None:
-        conf["prevResult"] = prev_result
-    declared = plugin.get("capabilities") or {}
-    runtime = {k: v for k, v in capability_args.items() if isinstance(declared, dict) and declared.get(k)}
-    if runtime:
-        conf["runtimeConfig"] = runtime
-    return json.dumps(conf).encode()
-
-
-def _error_message(stdout: bytes, stderr: bytes) -> str:
-    """Plugins report errors as JSON on stdout; fall back to raw output when they do not."""
-    try:
-        doc = json.loads(stdout)
-    except ValueError:
-        doc = None
-    if isinstance(doc, dict) and "msg" in doc:
-        msg = str(doc["msg"])
-        if doc.get("details"):
-            msg += f" ({doc['details']})"
-        return msg
-    text = (stdout or stderr).decode(errors="replace").strip()
-    return text[:500] or "no output"
-
-
-def _exec_plugin(
-    binary: Path,
-    *,
-    stdin: bytes,
-    env: Mapping[str, str],
-    host_netns: Path,
-    timeout: float,
-) -> bytes:
-    argv = ["nsenter", f"--net={host_netns}", str(binary)]
-    try:
-        proc = subprocess.run(
-            argv, input=stdin, env=dict(env), capture_output=True, timeout=timeout, check=False
-        )
-    except subprocess.TimeoutExpired as e:
-        raise CNIError(f"{binary.name} {env['CNI_COMMAND']} timed out after {timeout}s") from e
-    except OSError as e:
-        raise CNIError(f"cannot run {binary.name}: {e}") from e
-    if proc.returncode != 0:
-        raise CNIError(
-            f"{binary.name} {env['CNI_COMMAND']} failed (exit {proc.returncode}): "
-            f"{_error_message(proc.stdout, proc.stderr)}"
-        )
-    return proc.stdout
+__all__ = ["CACHE_KIND", "CNIError", "cache_entry_path", "run_conflist", "write_cache_entry"]
 
 
 def run_conflist(
@@ -120,27 +46,26 @@ def run_conflist(
         raise CNIError("conflist has no plugins")
     name = str(conflist.get("name", ""))
     cni_version = str(conflist.get("cniVersion", "1.0.0"))
-    env = {
-        "CNI_COMMAND": command,
-        "CNI_CONTAINERID": container_id,
-        "CNI_NETNS": netns,
-        "CNI_IFNAME": ifname,
-        "CNI_PATH": ":".join(str(p) for p in cni_path),
-        "CNI_ARGS": ";".join(f"{k}={v}" for k, v in cni_args),
-        "PATH": os.environ.get("PATH", _DEFAULT_PATH),
-    }
+    env = plugin_env(
+        command=command,
+        container_id=container_id,
+        netns=netns,
+        ifname=ifname,
+        cni_args=cni_args,
+        cni_path=cni_path,
+    )
     if command == "ADD":
         result: Mapping[str, Any] | None = None
         for plugin in plugins:
-            stdin = _plugin_stdin(
+            stdin = plugin_stdin(
                 plugin,
                 name=name,
                 cni_version=cni_version,
                 prev_result=result,
                 capability_args=capability_args,
             )
-            out = _exec_plugin(
-                _find_plugin(str(plugin.get("type", "")), cni_path),
+            out = exec_plugin(
+                find_plugin(str(plugin.get("type", "")), cni_path),
                 stdin=stdin,
                 env=env,
                 host_netns=host_netns,
@@ -155,15 +80,15 @@ def run_conflist(
             result = parsed
         return dict(result) if result is not None else None
     for plugin in reversed(plugins):
-        stdin = _plugin_stdin(
+        stdin = plugin_stdin(
             plugin,
             name=name,
             cni_version=cni_version,
             prev_result=prev_result,
             capability_args=capability_args,
         )
-        _exec_plugin(
-            _find_plugin(str(plugin.get("type", "")), cni_path),
+        exec_plugin(
+            find_plugin(str(plugin.get("type", "")), cni_path),
             stdin=stdin,
             env=env,
             host_netns=host_netns,

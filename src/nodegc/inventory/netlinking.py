@@ -1,0 +1,365 @@
+"""Just enough rtnetlink for the veth reader: one link dump and batched netnsid queries, decoded by hand.
+
+pyroute2 decodes every attribute of every link in pure Python and pays a round trip per netnsid query; on
+a node with a thousand pods that was most of a scan. A link message is a fixed header and a flat list of
+attributes, of which the veth reader needs six, so walking the list with `struct` and skipping the rest
+is enough.
+
+The socket is opened in the node's network namespace by a short-lived thread: namespace membership is
+per thread, and a socket keeps the namespace it was created in, so the thread enters the namespace,
+creates the socket, goes back and exits. The calling thread never changes namespace.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import functools
+import itertools
+import os
+import socket
+import struct
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+NETLINK_ROUTE = 0
+CLONE_NEWNET = 0x40000000
+
+NLMSG_ERROR = 2
+NLMSG_DONE = 3
+RTM_NEWLINK = 16
+RTM_GETLINK = 18
+RTM_NEWNSID = 88
+RTM_GETNSID = 90
+
+NLM_F_REQUEST = 0x1
+NLM_F_DUMP_INTR = 0x10
+NLM_F_DUMP = 0x300
+
+IFLA_ADDRESS = 1
+IFLA_IFNAME = 3
+IFLA_LINK = 5
+IFLA_MASTER = 10
+IFLA_LINKINFO = 18
+IFLA_EXT_MASK = 29
+IFLA_LINK_NETNSID = 37
+IFLA_INFO_KIND = 1
+NETNSA_NSID = 1
+NETNSA_FD = 3
+RTEXT_FILTER_SKIP_STATS = 1 << 3
+"""Counters are most of a link message and none of the reader's business; old kernels ignore the bit."""
+
+_NLA_TYPE_MASK = 0x3FFF  # without NLA_F_NESTED / NLA_F_NET_BYTEORDER
+_NLMSG_HDR = struct.Struct("=IHHII")
+_IFINFOMSG = struct.Struct("=BxHiII")
+_NLA_HDR = struct.Struct("=HH")
+_U32 = struct.Struct("=I")
+_I32 = struct.Struct("=i")
+_RECV_BUF = 1 << 16
+"""The kernel fills a dump datagram up to 32 KiB; anything longer than the buffer is reported, not cut."""
+_NSID_BATCH = 64
+"""Requests per send: their replies (one small datagram each) must fit the default receive buffer."""
+_DUMP_ATTEMPTS = 3
+
+DEFAULT_TIMEOUT = 10.0
+"""Seconds any single receive may wait; a kernel that never answers fails the read instead of the scan."""
+
+
+class NetlinkError(Exception):
+    """The namespace could not be entered, the kernel refused, went quiet or sent something malformed."""
+
+
+@dataclass(frozen=True, slots=True)
+class RawLink:
+    """The attributes of one RTM_NEWLINK message the veth reader uses; absent ones are None.
+
+    Strings are the kernel's NUL-terminated bytes decoded as UTF-8; a name that is not UTF-8 is None,
+    as is a MAC shorter than six bytes.
+    """
+
+    index: int
+    name: str | None
+    mac: str | None
+    master: int | None
+    link: int | None
+    link_netnsid: int | None
+    kind: str | None
+
+
+class RtnlSocket:
+    """A NETLINK_ROUTE socket bound to the namespace it was opened in; use as a context manager."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self._seq = itertools.count(1)
+        self._buf = bytearray(_RECV_BUF)
+
+    @classmethod
+    def open(cls, net_ns: Path | None = None, *, timeout: float = DEFAULT_TIMEOUT) -> RtnlSocket:
+        """In the current namespace, or in the one the netns file `net_ns` names (never created)."""
+        sock = _socket_in(net_ns, timeout=timeout) if net_ns is not None else _new_socket()
+        try:
+            sock.settimeout(timeout)
+            sock.bind((0, 0))
+        except OSError as e:
+            sock.close()
+            raise NetlinkError(f"cannot bind netlink socket: {e.strerror or e}") from e
+        return cls(sock)
+
+    def close(self) -> None:
+        self._sock.close()
+
+    def __enter__(self) -> RtnlSocket:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def dump_links(self) -> tuple[list[RawLink], list[str]]:
+        """Every link, and why each unreadable link message could not be read.
+
+        A dump the kernel flags as interrupted (links changed while it ran) is retried; the last attempt
+        is taken as it is, as `ip link` would.
+        """
+        for attempt in range(_DUMP_ATTEMPTS):
+            links, bad, interrupted = self._dump_links_once()
+            if not interrupted or attempt == _DUMP_ATTEMPTS - 1:
+                break
+        return links, bad
+
+    def netnsids(self, fds: Sequence[int]) -> list[int | NetlinkError]:
+        """The id each namespace fd has as seen from this socket's namespace, or why it has none.
+
+        Ids come back unsigned, as the kernel sends them: 2**32 - 1 is NETNSA_NSID_NOT_ASSIGNED.
+        """
+        out: list[int | NetlinkError] = []
+        for start in range(0, len(fds), _NSID_BATCH):
+            out += self._netnsid_batch(fds[start : start + _NSID_BATCH])
+        return out
+
+    def _dump_links_once(self) -> tuple[list[RawLink], list[str], bool]:
+        seq = next(self._seq)
+        ext_mask = _nla(IFLA_EXT_MASK, _U32.pack(RTEXT_FILTER_SKIP_STATS))
+        body = _IFINFOMSG.pack(socket.AF_UNSPEC, 0, 0, 0, 0) + ext_mask
+        self._send(_message(RTM_GETLINK, NLM_F_REQUEST | NLM_F_DUMP, seq, body))
+        links: list[RawLink] = []
+        bad: list[str] = []
+        interrupted = False
+        while True:
+            size = self._recv()
+            buf = self._buf
+            for mtype, flags, mseq, start, end in _messages(buf, size):
+                if mseq != seq:
+                    continue  # a late reply to an earlier request
+                if flags & NLM_F_DUMP_INTR:
+                    interrupted = True
+                if mtype == NLMSG_DONE:
+                    _raise_if_error(buf, start, end, "link dump")
+                    return links, bad, interrupted
+                if mtype == NLMSG_ERROR:
+                    _raise_if_error(buf, start, end, "link dump")
+                elif mtype == RTM_NEWLINK:
+                    try:
+                        links.append(_parse_link(buf, start, end))
+                    except NetlinkError as e:
+                        bad.append(str(e))
+
+    def _netnsid_batch(self, fds: Sequence[int]) -> list[int | NetlinkError]:
+        first = next(self._seq)
+        seqs = [first] + [next(self._seq) for _ in fds[1:]]
+        requests = (
+            _message(RTM_GETNSID, NLM_F_REQUEST, seq, b"\0\0\0\0" + _nla(NETNSA_FD, _U32.pack(fd)))
+            for seq, fd in zip(seqs, fds, strict=True)
+        )
+        self._send(b"".join(requests))
+        answers: dict[int, int | NetlinkError] = {}
+        while len(answers) < len(seqs):
+            size = self._recv()
+            buf = self._buf
+            for mtype, _flags, mseq, start, end in _messages(buf, size):
+                slot = mseq - first
+                if not 0 <= slot < len(seqs) or mseq in answers:
+                    continue
+                if mtype == NLMSG_ERROR:
+                    try:
+                        _raise_if_error(buf, start, end, "netnsid query")
+                    except NetlinkError as e:
+                        answers[mseq] = e
+                    else:
+                        answers[mseq] = NetlinkError("netnsid query acknowledged without an answer")
+                elif mtype == RTM_NEWNSID:
+                    answers[mseq] = _parse_nsid(buf, start, end)
+        return [answers[seq] for seq in seqs]
+
+    def _send(self, data: bytes) -> None:
+        try:
+            self._sock.sendall(data)
+        except OSError as e:
+            raise NetlinkError(f"netlink send failed: {e.strerror or e}") from e
+
+    def _recv(self) -> int:
+        try:
+            size = self._sock.recv_into(self._buf, _RECV_BUF, socket.MSG_TRUNC)
+        except TimeoutError as e:
+            raise NetlinkError("no answer from the kernel in time") from e
+        except OSError as e:
+            raise NetlinkError(f"netlink receive failed: {e.strerror or e}") from e
+        if size > _RECV_BUF:
+            raise NetlinkError(f"netlink datagram of {size} bytes exceeds the {_RECV_BUF} byte buffer")
+        return size
+
+
+def _new_socket() -> socket.socket:
+    try:
+        return socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, NETLINK_ROUTE)
+    except OSError as e:
+        raise NetlinkError(f"cannot open netlink socket: {e.strerror or e}") from e
+
+
+def _socket_in(net_ns: Path, *, timeout: float) -> socket.socket:
+    """A netlink socket created in the namespace of `net_ns` by a thread of its own."""
+    result: list[socket.socket | BaseException] = []
+    thread = threading.Thread(target=_open_in_thread, args=(net_ns, result), name="nodegc-netns", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive() or not result:
+        raise NetlinkError(f"{os.fsdecode(net_ns)}: entering the namespace did not finish in time")
+    outcome = result[0]
+    if isinstance(outcome, BaseException):
+        raise NetlinkError(f"{os.fsdecode(net_ns)}: {outcome}") from outcome
+    return outcome
+
+
+def _open_in_thread(net_ns: Path, result: list[socket.socket | BaseException]) -> None:
+    try:
+        result.append(_enter_and_open(net_ns))
+    except BaseException as e:  # handed to the caller, which raises it in its own thread
+        result.append(e)
+
+
+def _enter_and_open(net_ns: Path) -> socket.socket:
+    # the thread's own namespace, to go back to; the thread exits right after, so a failed return is moot
+    home = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        target = os.open(net_ns, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            _setns(target, f"cannot enter {os.fsdecode(net_ns)}")
+        finally:
+            os.close(target)
+        try:
+            return _new_socket()
+        finally:
+            _setns(home, "cannot return to the original namespace")
+    finally:
+        os.close(home)
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _setns(fd: int, what: str) -> None:
+    if _libc().setns(fd, CLONE_NEWNET) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, f"{what}: {os.strerror(code)}")
+
+
+def _message(mtype: int, flags: int, seq: int, body: bytes) -> bytes:
+    return _NLMSG_HDR.pack(_NLMSG_HDR.size + len(body), mtype, flags, seq, 0) + body
+
+
+def _nla(atype: int, payload: bytes) -> bytes:
+    size = _NLA_HDR.size + len(payload)
+    return _NLA_HDR.pack(size, atype) + payload + b"\0" * (-size % 4)
+
+
+def _messages(buf: bytearray, size: int) -> list[tuple[int, int, int, int, int]]:
+    """(type, flags, seq, payload start, message end) of each message of one datagram."""
+    out: list[tuple[int, int, int, int, int]] = []
+    off = 0
+    hdr = _NLMSG_HDR.size
+    while off < size:
+        if off + hdr > size:
+            raise NetlinkError(f"truncated netlink header at byte {off} of {size}")
+        length, mtype, flags, seq, _pid = _NLMSG_HDR.unpack_from(buf, off)
+        if length < hdr or off + length > size:
+            raise NetlinkError(f"netlink message of length {length} at byte {off} of {size}")
+        out.append((mtype, flags, seq, off + hdr, off + length))
+        off += (length + 3) & ~3
+    return out
+
+
+def _raise_if_error(buf: bytearray, start: int, end: int, what: str) -> None:
+    """NLMSG_ERROR and NLMSG_DONE carry a negative errno (0: success) first."""
+    if end - start < _I32.size:
+        if end == start:
+            return  # an empty NLMSG_DONE from an old kernel
+        raise NetlinkError(f"{what}: truncated status message")
+    (code,) = _I32.unpack_from(buf, start)
+    if code < 0:
+        err = -code
+        raise NetlinkError(f"{what}: {errno.errorcode.get(err, err)} {os.strerror(err)}")
+
+
+def _parse_link(buf: bytearray, start: int, end: int) -> RawLink:
+    if end - start < _IFINFOMSG.size:
+        raise NetlinkError("truncated link message header")
+    index = _IFINFOMSG.unpack_from(buf, start)[2]
+    name = mac = kind = None
+    master = link = nsid = None
+    for atype, a, b in _attrs(buf, start + _IFINFOMSG.size, end):
+        if atype == IFLA_IFNAME and name is None:
+            name = _zstring(buf, a, b)
+        elif atype == IFLA_ADDRESS and mac is None:
+            mac = ":".join(f"{octet:02x}" for octet in buf[a : a + 6]) if b - a >= 6 else None
+        elif atype == IFLA_MASTER and master is None:
+            master = _u32(buf, a, b)
+        elif atype == IFLA_LINK and link is None:
+            link = _u32(buf, a, b)
+        elif atype == IFLA_LINK_NETNSID and nsid is None:
+            nsid = _I32.unpack_from(buf, a)[0] if b - a >= 4 else None
+        elif atype == IFLA_LINKINFO and kind is None:
+            for sub, c, d in _attrs(buf, a, b):
+                if sub == IFLA_INFO_KIND:
+                    kind = _zstring(buf, c, d)
+                    break
+    return RawLink(index=index, name=name, mac=mac, master=master, link=link, link_netnsid=nsid, kind=kind)
+
+
+def _parse_nsid(buf: bytearray, start: int, end: int) -> int | NetlinkError:
+    try:
+        for atype, a, b in _attrs(buf, start + 4, end):  # after struct rtgenmsg, padded to four bytes
+            if atype == NETNSA_NSID:
+                value = _u32(buf, a, b)
+                if value is not None:
+                    return value
+    except NetlinkError as e:
+        return e
+    return NetlinkError("netnsid reply without an id")
+
+
+def _attrs(buf: bytearray, off: int, end: int) -> list[tuple[int, int, int]]:
+    """(type, payload start, payload end) of each attribute between off and end."""
+    out: list[tuple[int, int, int]] = []
+    unpack = _NLA_HDR.unpack_from
+    while off + 4 <= end:
+        length, atype = unpack(buf, off)
+        if length < 4 or off + length > end:
+            raise NetlinkError(f"attribute {atype & _NLA_TYPE_MASK} of length {length} overruns its message")
+        out.append((atype & _NLA_TYPE_MASK, off + 4, off + length))
+        off += (length + 3) & ~3
+    return out
+
+
+def _u32(buf: bytearray, a: int, b: int) -> int | None:
+    return int(_U32.unpack_from(buf, a)[0]) if b - a >= 4 else None
+
+
+def _zstring(buf: bytearray, a: int, b: int) -> str | None:
+    try:
+        return bytes(buf[a:b]).strip(b"\0").decode("utf-8")
+    except UnicodeDecodeError:
+        return None

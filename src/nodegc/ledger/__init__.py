@@ -1,0 +1,1 @@
+"""The SQLite ledger: items, phases and their history, written before the side effects they guard."""

@@ -1,0 +1,167 @@
+"""The phase machine, pure: given the ledger's items and a scan, what moves where and why.
+
+The engine persists every transition returned here before it acts on it, so a crash between any two
+steps resumes from the ledger without repeating or skipping a step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from nodegc.model.findings import Finding
+from nodegc.model.items import Identity, Item, Phase, item_key
+from nodegc.model.resources import Inventory, Kind
+
+_ACTIVE = frozenset({Phase.DETECTED, Phase.MARKED, Phase.TERMINATING, Phase.CLEANED, Phase.FAILED})
+
+
+@dataclass(frozen=True)
+class PhasePolicy:
+    consecutive_scans: int = 3
+    """K: scans in a row that must see a resource orphaned before it is marked."""
+    grace_seconds: float = 120.0
+    """And this long since it was first seen orphaned (first-seen survives restarts in the ledger)."""
+    per_kind: Mapping[Kind, tuple[int, float]] = field(default_factory=dict)
+    """Overrides of (K, grace) per kind."""
+    backoff_base: float = 10.0
+    backoff_cap: float = 600.0
+
+    def mark_rule(self, kind: Kind) -> tuple[int, float]:
+        return self.per_kind.get(kind, (self.consecutive_scans, self.grace_seconds))
+
+    def backoff(self, attempts: int) -> float:
+        return float(min(self.backoff_cap, self.backoff_base * 2 ** max(0, attempts - 1)))
+
+
+@dataclass(frozen=True)
+class Transition:
+    item: Item
+    previous: Phase | None
+    reason: str
+
+    @property
+    def phase_changed(self) -> bool:
+        return self.previous is not self.item.phase
+
+
+def identities(inv: Inventory) -> dict[str, Identity]:
+    """The identity evidence of every resource in a scan, by item key."""
+    out: dict[str, Identity] = {}
+    for r in inv.ip_reservations:
+        out[item_key(Kind.IP_RESERVATION, f"{r.network}/{r.ip}")] = (
+            ("container_id", r.container_id or ""), ("inode", str(r.inode)))
+    for c in inv.cni_cache:
+        out[item_key(Kind.CNI_CACHE, c.path)] = (("container_id", c.container_id), ("inode", str(c.inode)))
+    for n in inv.netns:
+        out[item_key(Kind.NETNS, n.path)] = (("ns_inode", str(n.ns_inode)), ("file_inode", str(n.file_inode)))
+    for v in inv.veths:
+        out[item_key(Kind.VETH, v.name)] = (("index", str(v.index)), ("peer_ns_inode", str(v.peer_ns_inode)))
+    for ch in inv.chains:
+        out[item_key(Kind.IPTABLES_CHAIN, ch.name)] = (("table", ch.table), ("container_id", ch.container_id or ""))
+    for d in inv.pod_dirs:
+        out[item_key(Kind.POD_DIR, d.path)] = (("inode", str(d.inode)),)
+        for vol in d.volumes:
+            if vol.mounted:
+                out[item_key(Kind.VOLUME_MOUNT, vol.path)] = (("mount_id", str(vol.mount_id)),)
+    for rule in inv.hostport_rules:
+        rid = f"{rule.table}/{rule.chain}/{rule.target or '?'}/{(rule.container_id or '?')[:12]}"
+        out[item_key(Kind.HOSTPORT_RULE, rid)] = (("container_id", rule.container_id or ""), ("rule", rule.rule))
+    return out
+
+
+def _new_item(f: Finding, identity: Identity, now: float) -> Item:
+    return Item(
+        key=item_key(f.kind, f.id), kind=f.kind, resource_id=f.id, phase=Phase.DETECTED, identity=identity,
+        finding_class=f.cls.value, owner_uid=f.owner.uid, owner_namespace=f.owner.namespace,
+        owner_name=f.owner.name, container_id=f.owner.container_id, first_seen=now, last_seen=now,
+        orphan_count=1,
+    )
+
+
+def reconcile(
+    items: Mapping[str, Item],
+    findings: Iterable[Finding],
+    idents: Mapping[str, Identity],
+    *,
+    now: float,
+    policy: PhasePolicy,
+    unreadable: frozenset[Kind] = frozenset(),
+) -> list[Transition]:
+    """Detect and mark: fold one scan into the items. `unreadable` kinds had read problems this scan, so
+    their absence proves nothing and no item of theirs is closed."""
+    out: list[Transition] = []
+    seen: set[str] = set()
+    for f in findings:
+        key = item_key(f.kind, f.id)
+        seen.add(key)
+        item = items.get(key)
+        identity = idents.get(key, ())
+        if not f.cls.is_residue:
+            if item is not None and item.phase in _ACTIVE:
+                reason = f"no longer residue: {f.cls.value}"
+                out.append(Transition(dataclasses.replace(item, phase=Phase.RELEASED, last_seen=now,
+                                                          finding_class=f.cls.value), item.phase, reason))
+            continue
+        if item is None or item.phase.final:
+            out.append(Transition(_new_item(f, identity, now), None, f"seen orphaned: {f.cls.value}"))
+            continue
+        if item.identity != identity:
+            fresh = dataclasses.replace(_new_item(f, identity, now), attempts=0)
+            out.append(Transition(fresh, item.phase, "identity changed: a different resource now"))
+            continue
+        if item.phase is Phase.DETECTED:
+            count = item.orphan_count + 1
+            k, grace = policy.mark_rule(f.kind)
+            updated = dataclasses.replace(item, orphan_count=count, last_seen=now, finding_class=f.cls.value)
+            if count >= k and now - item.first_seen >= grace:
+                reason = f"orphaned in {count} consecutive scans over {now - item.first_seen:.0f}s"
+                out.append(Transition(dataclasses.replace(updated, phase=Phase.MARKED), item.phase, reason))
+            else:
+                out.append(Transition(updated, item.phase, f"orphaned {count}/{k} scans"))
+        elif item.phase is Phase.CLEANED:
+            attempts = item.attempts + 1
+            failed = dataclasses.replace(item, phase=Phase.FAILED, last_seen=now, attempts=attempts,
+                                         last_error="still present after clean",
+                                         next_attempt=now + policy.backoff(attempts))
+            out.append(Transition(failed, item.phase, "confirm: still present after clean"))
+        else:
+            out.append(Transition(dataclasses.replace(item, last_seen=now, orphan_count=item.orphan_count + 1),
+                                  item.phase, "still orphaned"))
+    for key, item in items.items():
+        if key in seen or item.phase.final or item.kind in unreadable:
+            continue
+        reason = "confirmed absent after clean" if item.phase is Phase.CLEANED else "gone before it was reclaimed"
+        out.append(Transition(dataclasses.replace(item, phase=Phase.CLOSED, last_seen=now), item.phase, reason))
+    return out
+
+
+def due(items: Iterable[Item], now: float) -> list[Item]:
+    """Reclaim candidates: marked, failed whose backoff has passed, and terminating ones a crash
+    interrupted (re-verified and re-run: every step is idempotent)."""
+    return [
+        i for i in items
+        if i.phase in (Phase.MARKED, Phase.TERMINATING)
+        or (i.phase is Phase.FAILED and (i.next_attempt or 0) <= now)
+    ]
+
+
+def after_attempt(item: Item, *, ok: bool, changed: bool, detail: str, lazy: bool, now: float,
+                  policy: PhasePolicy) -> Transition:
+    if ok:
+        return Transition(dataclasses.replace(item, phase=Phase.CLEANED, last_error=None, lazy=item.lazy or lazy),
+                          item.phase, detail)
+    if changed:
+        reset = dataclasses.replace(item, phase=Phase.DETECTED, orphan_count=0, first_seen=now, last_error=detail)
+        return Transition(reset, item.phase, f"identity changed, back to detect: {detail}")
+    attempts = item.attempts + 1
+    failed = dataclasses.replace(item, phase=Phase.FAILED, attempts=attempts, last_error=detail,
+                                 next_attempt=now + policy.backoff(attempts))
+    return Transition(failed, item.phase, f"attempt {attempts} failed: {detail}")
+
+
+def back_to_detect(item: Item, reason: str, now: float) -> Transition:
+    """Any doubt at re-verification moves the item back, not forward."""
+    reset = dataclasses.replace(item, phase=Phase.DETECTED, orphan_count=0, first_seen=now, last_error=reason)
+    return Transition(reset, item.phase, reason)
