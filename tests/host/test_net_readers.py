@@ -8,13 +8,18 @@ from __future__ import annotations
 
 import json
 import os
+import socket
+import struct
 import subprocess
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from pyroute2 import NetNS
 
+from nodegc.inventory import netlinking as nl
 from nodegc.inventory.iptables import scan_iptables
 from nodegc.inventory.links import scan_veths
 from nodegc.inventory.mounting import read_mounts
@@ -218,6 +223,134 @@ def test_scan_veths_bad_netns_is_one_problem(node: Node) -> None:
     veths, problems = scan_veths(netns_entries=(), net_ns=node.leftover)
     assert veths == ()
     assert len(problems) == 1 and problems[0].kind is Kind.VETH
+
+
+def test_scan_veths_agrees_with_pyroute2(node: Node) -> None:
+    entries, _ = _scan(node)
+    veths, _ = scan_veths(netns_entries=tuple(entries.values()), net_ns=node.node_ns)
+    with NetNS(str(node.node_ns), flags=0) as ipr:
+        links = list(ipr.get_links())
+    names = {int(m["index"]): m.get_attr("IFLA_IFNAME") for m in links}
+    expected = {}
+    for m in links:
+        info = m.get_attr("IFLA_LINKINFO")
+        if info is None or info.get_attr("IFLA_INFO_KIND") != "veth":
+            continue
+        master = m.get_attr("IFLA_MASTER")
+        expected[int(m["index"])] = (
+            m.get_attr("IFLA_IFNAME"),
+            m.get_attr("IFLA_ADDRESS"),
+            names.get(master) if master else None,
+            m.get_attr("IFLA_LINK_NETNSID"),
+            m.get_attr("IFLA_LINK") or None,
+        )
+    assert {v.index: (v.name, v.mac, v.master, v.peer_netnsid, v.peer_ifindex) for v in veths} == expected
+
+
+def test_scan_veths_leaves_the_callers_namespace_alone(node: Node) -> None:
+    before = os.readlink("/proc/thread-self/ns/net")
+    scan_veths(netns_entries=(), net_ns=node.node_ns)
+    assert os.readlink("/proc/thread-self/ns/net") == before
+    assert not any(t.name == "nodegc-netns" for t in threading.enumerate())
+
+
+def test_scan_veths_two_files_on_one_namespace_keep_the_first(node: Node) -> None:
+    # more copies than one batch of id queries, so the batches must agree with each other too
+    entries, _ = _scan(node)
+    pod_b = entries["pod-b"]
+    copies = [NetnsEntry(f"copy-{i}", pod_b.path, True, pod_b.ns_inode) for i in range(150)]
+    veths, problems = scan_veths(netns_entries=(entries["pod-a"], *copies), net_ns=node.node_ns)
+    by_name = {v.name: v for v in veths}
+    assert by_name["veth-a"].peer_netns_path == str(node.pod_a)
+    assert by_name["veth-b"].peer_netns_path == pod_b.path
+    assert len(problems) == 149
+    assert all(p.path == pod_b.path and p.reason.endswith(f"also names {pod_b.path}") for p in problems)
+
+
+def test_scan_veths_reports_unopenable_and_replaced_files(node: Node) -> None:
+    entries, _ = _scan(node)
+    gone = NetnsEntry("gone", str(node.netns_dir / "never-existed"), True, 1)
+    replaced = NetnsEntry("replaced", str(node.pod_a), True, entries["pod-b"].ns_inode)
+    veths, problems = scan_veths(netns_entries=(gone, replaced, entries["pod-b"]), net_ns=node.node_ns)
+    assert [(p.path, p.reason.split(":")[0]) for p in problems] == [
+        (gone.path, "cannot open netns"),
+        (replaced.path, "netns changed since it was scanned"),
+    ]
+    by_name = {v.name: v for v in veths}
+    assert (by_name["veth-a"].peer_netns_path, by_name["veth-b"].peer_netns_path) == (None, str(node.pod_b))
+
+
+# A fake kernel: the far end of a datagram socketpair sends crafted netlink replies.
+
+
+def _nlmsg(mtype: int, seq: int, body: bytes, flags: int = 0) -> bytes:
+    return struct.pack("=IHHII", 16 + len(body), mtype, flags, seq, 0) + body + b"\0" * (-len(body) % 4)
+
+
+def _attr(atype: int, payload: bytes) -> bytes:
+    return struct.pack("=HH", 4 + len(payload), atype) + payload + b"\0" * (-len(payload) % 4)
+
+
+def _link(seq: int, index: int, name: bytes, kind: bytes | None = None, extra: bytes = b"") -> bytes:
+    attrs = _attr(nl.IFLA_IFNAME, name + b"\0") + _attr(nl.IFLA_ADDRESS, bytes(range(0xA0, 0xA6)))
+    if kind is not None:
+        attrs += _attr(nl.IFLA_LINKINFO | 0x8000, _attr(nl.IFLA_INFO_KIND, kind + b"\0"))
+    attrs += _attr(nl.IFLA_MASTER, struct.pack("=I", 1)) + _attr(nl.IFLA_LINK_NETNSID, struct.pack("=i", -1))
+    return _nlmsg(nl.RTM_NEWLINK, seq, struct.pack("=BxHiII", 0, 1, index, 0, 0) + attrs + extra, flags=2)
+
+
+@pytest.fixture
+def fake() -> Iterator[tuple[nl.RtnlSocket, socket.socket]]:
+    ours, kernel = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    ours.settimeout(0.5)
+    rtnl = nl.RtnlSocket(ours)
+    yield rtnl, kernel
+    rtnl.close()
+    kernel.close()
+
+
+def test_netlink_dump_spans_datagrams(fake: tuple[nl.RtnlSocket, socket.socket]) -> None:
+    rtnl, kernel = fake
+    kernel.send(_nlmsg(nl.NLMSG_DONE, 99, struct.pack("=i", 0)))  # a stale reply to someone else
+    kernel.send(_link(1, 1, b"br0", b"bridge") + _link(1, 2, b"veth\xff", b"veth"))
+    kernel.send(_link(1, 3, b"lo") + _nlmsg(nl.NLMSG_DONE, 1, struct.pack("=i", 0)))
+    links, bad = rtnl.dump_links()
+    assert bad == []
+    assert [(x.index, x.name, x.kind) for x in links] == [(1, "br0", "bridge"), (2, None, "veth"), (3, "lo", None)]
+    assert (links[1].mac, links[1].master, links[1].link_netnsid, links[1].link) == (
+        "a0:a1:a2:a3:a4:a5", 1, -1, None
+    )
+
+
+def test_netlink_error_and_malformed_replies(fake: tuple[nl.RtnlSocket, socket.socket]) -> None:
+    rtnl, kernel = fake
+    kernel.send(_link(1, 1, b"a") + _nlmsg(nl.NLMSG_ERROR, 1, struct.pack("=i", -1) + bytes(16)))
+    with pytest.raises(nl.NetlinkError, match="EPERM"):
+        rtnl.dump_links()
+    kernel.send(_link(2, 1, b"a")[:-3])  # a message longer than its datagram
+    with pytest.raises(nl.NetlinkError, match="length"):
+        rtnl.dump_links()
+    overrun = struct.pack("=HH", 64, nl.IFLA_MASTER) + bytes(4)  # an attribute longer than its message
+    kernel.send(_link(3, 1, b"a", extra=overrun) + _link(3, 2, b"b") + _nlmsg(nl.NLMSG_DONE, 3, bytes(4)))
+    links, bad = rtnl.dump_links()
+    assert [x.name for x in links] == ["b"] and len(bad) == 1 and "overruns" in bad[0]
+    with pytest.raises(nl.NetlinkError, match="in time"):  # nothing more comes
+        rtnl.dump_links()
+
+
+def test_netlink_netnsids_answer_each_request(fake: tuple[nl.RtnlSocket, socket.socket]) -> None:
+    rtnl, kernel = fake
+    first = 1
+    kernel.send(_nlmsg(nl.RTM_NEWNSID, first + 1, bytes(4) + _attr(nl.NETNSA_NSID, struct.pack("=I", 7))))
+    kernel.send(_nlmsg(nl.NLMSG_ERROR, first, struct.pack("=i", -9) + bytes(16)))
+    kernel.send(_nlmsg(nl.RTM_NEWNSID, first + 2, bytes(4)))
+    answers = rtnl.netnsids([5, 6, 7])
+    assert isinstance(answers[0], nl.NetlinkError) and "EBADF" in str(answers[0])
+    assert answers[1] == 7
+    assert isinstance(answers[2], nl.NetlinkError)
+    requests = kernel.recv(4096)
+    assert len(requests) == 3 * 28  # one send for the batch
+    assert struct.unpack_from("=HH", requests, 16 + 4) == (8, nl.NETNSA_FD)
 
 
 def test_scan_iptables_through_net_ns(node: Node) -> None:

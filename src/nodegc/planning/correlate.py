@@ -32,6 +32,7 @@ from nodegc.planning.owners import (
     normalize_ip,
     resolve_cache_owner,
 )
+from nodegc.planning.phases import hostport_rule_id
 
 _HOLDING = frozenset({OwnerState.LIVE, OwnerState.PENDING, OwnerState.UNKNOWN})
 """Owner states in which the resource may be in use."""
@@ -461,4 +462,4 @@ def _short(container_id: str | None) -> str:
 
 
 def _rule_id(rule: HostportRule) -> str:
-    return f"{rule.table}/{rule.chain}/{rule.target or '?'}/{_short(rule.container_id)}"
+    return hostport_rule_id(rule)

@@ -12,7 +12,18 @@ from dataclasses import dataclass, field
 
 from nodegc.model.findings import Finding
 from nodegc.model.items import Identity, Item, Phase, item_key
-from nodegc.model.resources import Inventory, Kind
+from nodegc.model.resources import (
+    CNICacheEntry,
+    HostportRule,
+    Inventory,
+    IPReservation,
+    IptablesChain,
+    Kind,
+    NetnsEntry,
+    PodDir,
+    VethLink,
+    VolumeDir,
+)
 
 _ACTIVE = frozenset({Phase.DETECTED, Phase.MARKED, Phase.TERMINATING, Phase.CLEANED, Phase.FAILED})
 
@@ -46,29 +57,59 @@ class Transition:
         return self.previous is not self.item.phase
 
 
-def identities(inv: Inventory) -> dict[str, Identity]:
-    """The identity evidence of every resource in a scan, by item key."""
-    out: dict[str, Identity] = {}
+Resource = IPReservation | CNICacheEntry | NetnsEntry | VethLink | IptablesChain | HostportRule | PodDir | VolumeDir
+
+
+def hostport_rule_id(rule: HostportRule) -> str:
+    return f"{rule.table}/{rule.chain}/{rule.target or '?'}/{(rule.container_id or '?')[:12]}"
+
+
+def resources(inv: Inventory) -> dict[str, Resource]:
+    """Every resource of a scan by item key (the key the findings and the ledger use)."""
+    out: dict[str, Resource] = {}
     for r in inv.ip_reservations:
-        out[item_key(Kind.IP_RESERVATION, f"{r.network}/{r.ip}")] = (
-            ("container_id", r.container_id or ""), ("inode", str(r.inode)))
+        out[item_key(Kind.IP_RESERVATION, f"{r.network}/{r.ip}")] = r
     for c in inv.cni_cache:
-        out[item_key(Kind.CNI_CACHE, c.path)] = (("container_id", c.container_id), ("inode", str(c.inode)))
+        out[item_key(Kind.CNI_CACHE, c.path)] = c
     for n in inv.netns:
-        out[item_key(Kind.NETNS, n.path)] = (("ns_inode", str(n.ns_inode)), ("file_inode", str(n.file_inode)))
+        out[item_key(Kind.NETNS, n.path)] = n
     for v in inv.veths:
-        out[item_key(Kind.VETH, v.name)] = (("index", str(v.index)), ("peer_ns_inode", str(v.peer_ns_inode)))
+        out[item_key(Kind.VETH, v.name)] = v
     for ch in inv.chains:
-        out[item_key(Kind.IPTABLES_CHAIN, ch.name)] = (("table", ch.table), ("container_id", ch.container_id or ""))
+        out[item_key(Kind.IPTABLES_CHAIN, ch.name)] = ch
+    for rule in inv.hostport_rules:
+        out[item_key(Kind.HOSTPORT_RULE, hostport_rule_id(rule))] = rule
     for d in inv.pod_dirs:
-        out[item_key(Kind.POD_DIR, d.path)] = (("inode", str(d.inode)),)
+        out[item_key(Kind.POD_DIR, d.path)] = d
         for vol in d.volumes:
             if vol.mounted:
-                out[item_key(Kind.VOLUME_MOUNT, vol.path)] = (("mount_id", str(vol.mount_id)),)
-    for rule in inv.hostport_rules:
-        rid = f"{rule.table}/{rule.chain}/{rule.target or '?'}/{(rule.container_id or '?')[:12]}"
-        out[item_key(Kind.HOSTPORT_RULE, rid)] = (("container_id", rule.container_id or ""), ("rule", rule.rule))
+                out[item_key(Kind.VOLUME_MOUNT, vol.path)] = vol
     return out
+
+
+def identity_of(resource: Resource) -> Identity:
+    """The evidence a re-read must find unchanged before anything is done (compare-and-reclaim)."""
+    match resource:
+        case IPReservation():
+            return (("container_id", resource.container_id or ""), ("inode", str(resource.inode)))
+        case CNICacheEntry():
+            return (("container_id", resource.container_id), ("inode", str(resource.inode)))
+        case NetnsEntry():
+            return (("ns_inode", str(resource.ns_inode)), ("file_inode", str(resource.file_inode)))
+        case VethLink():
+            return (("index", str(resource.index)), ("peer_ns_inode", str(resource.peer_ns_inode)))
+        case IptablesChain():
+            return (("table", resource.table), ("container_id", resource.container_id or ""))
+        case HostportRule():
+            return (("container_id", resource.container_id or ""), ("rule", resource.rule))
+        case PodDir():
+            return (("inode", str(resource.inode)),)
+        case VolumeDir():
+            return (("mount_id", str(resource.mount_id)),)
+
+
+def identities(inv: Inventory) -> dict[str, Identity]:
+    return {key: identity_of(r) for key, r in resources(inv).items()}
 
 
 def _new_item(f: Finding, identity: Identity, now: float) -> Item:
@@ -78,6 +119,14 @@ def _new_item(f: Finding, identity: Identity, now: float) -> Item:
         owner_name=f.owner.name, container_id=f.owner.container_id, first_seen=now, last_seen=now,
         orphan_count=1,
     )
+
+
+def _mark_if_due(item: Item, previous: Phase | None, reason: str, now: float, policy: PhasePolicy) -> Transition:
+    k, grace = policy.mark_rule(item.kind)
+    if item.orphan_count >= k and now - item.first_seen >= grace:
+        why = f"orphaned in {item.orphan_count} consecutive scans over {now - item.first_seen:.0f}s"
+        return Transition(dataclasses.replace(item, phase=Phase.MARKED), previous, why)
+    return Transition(item, previous, f"{reason} ({item.orphan_count}/{k} scans)")
 
 
 def reconcile(
@@ -104,22 +153,16 @@ def reconcile(
                 out.append(Transition(dataclasses.replace(item, phase=Phase.RELEASED, last_seen=now,
                                                           finding_class=f.cls.value), item.phase, reason))
             continue
-        if item is None or item.phase.final:
-            out.append(Transition(_new_item(f, identity, now), None, f"seen orphaned: {f.cls.value}"))
-            continue
-        if item.identity != identity:
-            fresh = dataclasses.replace(_new_item(f, identity, now), attempts=0)
-            out.append(Transition(fresh, item.phase, "identity changed: a different resource now"))
+        if item is None or item.phase.final or item.identity != identity:
+            fresh = _new_item(f, identity, now)
+            why = "identity changed: a different resource now" if item and not item.phase.final else (
+                f"seen orphaned: {f.cls.value}")
+            out.append(_mark_if_due(fresh, item.phase if item else None, why, now, policy))
             continue
         if item.phase is Phase.DETECTED:
-            count = item.orphan_count + 1
-            k, grace = policy.mark_rule(f.kind)
-            updated = dataclasses.replace(item, orphan_count=count, last_seen=now, finding_class=f.cls.value)
-            if count >= k and now - item.first_seen >= grace:
-                reason = f"orphaned in {count} consecutive scans over {now - item.first_seen:.0f}s"
-                out.append(Transition(dataclasses.replace(updated, phase=Phase.MARKED), item.phase, reason))
-            else:
-                out.append(Transition(updated, item.phase, f"orphaned {count}/{k} scans"))
+            updated = dataclasses.replace(item, orphan_count=item.orphan_count + 1, last_seen=now,
+                                          finding_class=f.cls.value)
+            out.append(_mark_if_due(updated, item.phase, "still orphaned", now, policy))
         elif item.phase is Phase.CLEANED:
             attempts = item.attempts + 1
             failed = dataclasses.replace(item, phase=Phase.FAILED, last_seen=now, attempts=attempts,
@@ -148,7 +191,9 @@ def due(items: Iterable[Item], now: float) -> list[Item]:
 
 
 def after_attempt(item: Item, *, ok: bool, changed: bool, detail: str, lazy: bool, now: float,
-                  policy: PhasePolicy) -> Transition:
+                  policy: PhasePolicy, skipped: bool = False) -> Transition:
+    if skipped:
+        return Transition(dataclasses.replace(item, phase=Phase.MARKED), item.phase, detail)
     if ok:
         return Transition(dataclasses.replace(item, phase=Phase.CLEANED, last_error=None, lazy=item.lazy or lazy),
                           item.phase, detail)

@@ -97,7 +97,9 @@ def exec_plugin(
     timeout: float,
 ) -> bytes:
     """Plugins act on the namespace they start in (bridges, veths, chains): the node's, via nsenter."""
-    argv = [str(binary)] if host_netns is None else ["nsenter", f"--net={os.fsdecode(host_netns)}", str(binary)]
+    argv = [str(binary)]
+    if host_netns is not None:
+        argv = ["nsenter", f"--net={os.fsdecode(host_netns)}", *argv]
     command = env.get("CNI_COMMAND", "?")
     if timeout <= 0:
         raise CNIError(f"{binary.name} {command} not started: time budget spent")

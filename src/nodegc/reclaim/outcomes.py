@@ -19,6 +19,8 @@ class Outcome:
     """The resource at that place is no longer the one that was verified: nothing was done."""
     lazy: bool = False
     """A mount that hung was lazily detached instead of unmounted."""
+    skipped: bool = False
+    """Nothing was attempted (the dry-run executor): the item stays where it was."""
 
     @classmethod
     def done(cls, detail: str, *, lazy: bool = False) -> Outcome:

@@ -1,0 +1,306 @@
+"""One engine cycle: detect, mark, terminate (fresh re-verification), clean, confirm.
+
+Every transition is written to the ledger before the side effect it guards. Whatever goes wrong on the
+way (the desired state unavailable or stale, a blast-radius trip, a doubt at re-verification), the
+answer is to do nothing destructive and say why in logs and metrics.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from nodegc.desired.source import DesiredSource, SourceError
+from nodegc.engine.limits import TokenBucket
+from nodegc.faults import fault_point
+from nodegc.inventory.scanning import scan_node
+from nodegc.ledger.store import Ledger
+from nodegc.model.findings import Finding
+from nodegc.model.items import Item, Phase
+from nodegc.model.pods import DesiredState, OwnerState
+from nodegc.model.resources import Inventory, Kind
+from nodegc.observe.logs import get_logger
+from nodegc.planning.correlate import CorrelationPolicy, correlate
+from nodegc.planning.guards import BlastRadius, blast_radius_refusal
+from nodegc.planning.phases import (
+    PhasePolicy,
+    Resource,
+    Transition,
+    after_attempt,
+    back_to_detect,
+    due,
+    identity_of,
+    reconcile,
+    resources,
+)
+from nodegc.reclaim.dispatch import Executor
+from nodegc.reclaim.outcomes import Outcome
+from nodegc.settings import Roots, ScanOptions
+
+log = get_logger("nodegc.engine")
+
+
+class _Metrics:
+    """The subset of observe.metrics.Metrics the engine reports to; None-safe through NullMetrics."""
+
+    def blocked(self, reason: str) -> None: ...
+    def reclaimed(self, kind: str, result: str) -> None: ...
+    def scanned(self, seconds: float, problems: Sequence[tuple[str, int]]) -> None: ...
+    def items(self, counts: dict[tuple[str, str], int]) -> None: ...
+    def ledger_error(self) -> None: ...
+    def desired_age(self, seconds: float) -> None: ...
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    phases: PhasePolicy = field(default_factory=PhasePolicy)
+    correlation: CorrelationPolicy = field(default_factory=CorrelationPolicy)
+    blast_radius: BlastRadius = field(default_factory=BlastRadius)
+    scan: ScanOptions = field(default_factory=ScanOptions)
+    max_desired_age_seconds: float = 120.0
+    """A desired state older than this is stale: nothing destructive proceeds on it."""
+    reclaims_per_minute: float = 600.0
+    reclaim_burst: int = 200
+
+
+@dataclass
+class CycleReport:
+    blocked: list[str] = field(default_factory=list)
+    findings: tuple[Finding, ...] = ()
+    verified: list[Item] = field(default_factory=list)
+    outcomes: list[tuple[Item, Outcome]] = field(default_factory=list)
+    sent_back: list[tuple[Item, str]] = field(default_factory=list)
+    closed: list[Item] = field(default_factory=list)
+    problems: int = 0
+
+
+class Engine:
+    def __init__(
+        self,
+        *,
+        roots: Roots,
+        source: DesiredSource,
+        ledger: Ledger,
+        executor: Executor,
+        settings: EngineSettings | None = None,
+        metrics: _Metrics | None = None,
+        clock: Callable[[], float] = time.time,
+        scanner: Callable[[Roots, ScanOptions], Inventory] = scan_node,
+    ) -> None:
+        self.roots = roots
+        self.source = source
+        self.ledger = ledger
+        self.executor = executor
+        self.settings = settings or EngineSettings()
+        self.metrics: _Metrics = metrics or _Metrics()
+        self.clock = clock
+        self.scanner = scanner
+        self.bucket = TokenBucket(per_minute=self.settings.reclaims_per_minute, burst=self.settings.reclaim_burst,
+                                  clock=clock)
+
+    # -- the cycle -------------------------------------------------------------------------------
+
+    def cycle(self) -> CycleReport:
+        report = CycleReport()
+        desired = self._fresh_desired(report)
+        if desired is None:
+            return report
+        inventory, findings = self._scan(desired, report)
+        report.findings = findings
+        now = self.clock()
+        unreadable = frozenset(p.kind for p in inventory.problems)
+        items = self.ledger.items(active_only=True)
+        self._persist(reconcile(items, findings, {k: identity_of(r) for k, r in resources(inventory).items()},
+                                now=now, policy=self.settings.phases, unreadable=unreadable), now)
+        refusal = blast_radius_refusal(findings, desired, self.settings.blast_radius)
+        if refusal:
+            self._block(report, "blast_radius", refusal)
+            self._report_items()
+            return report
+        candidates = due(self.ledger.items(active_only=True).values(), now)
+        if candidates:
+            verified = self._terminate(candidates, report)
+            if verified:
+                self._clean(verified, report)
+                self._confirm(verified, report)
+        self._report_items()
+        return report
+
+    # -- detect ----------------------------------------------------------------------------------
+
+    def _fresh_desired(self, report: CycleReport) -> DesiredState | None:
+        try:
+            desired = self.source.fetch()
+        except SourceError as e:
+            self._block(report, "source_unavailable", f"desired state unavailable: {e}")
+            return None
+        age = self.clock() - desired.fetched_at.timestamp()
+        self.metrics.desired_age(max(age, 0.0))
+        if age > self.settings.max_desired_age_seconds:
+            self._block(report, "stale_source", f"desired state is {age:.0f}s old")
+            return None
+        return desired
+
+    def _scan(self, desired: DesiredState, report: CycleReport) -> tuple[Inventory, tuple[Finding, ...]]:
+        started = time.monotonic()
+        inventory = self.scanner(self.roots, self.settings.scan)
+        findings = correlate(inventory, desired, now=inventory.taken_at, policy=self.settings.correlation)
+        counts: dict[str, int] = {}
+        for p in inventory.problems:
+            counts[p.kind.value] = counts.get(p.kind.value, 0) + 1
+            log.warning("read problem", kind=p.kind.value, path=p.path, reason=p.reason)
+        self.metrics.scanned(time.monotonic() - started, sorted(counts.items()))
+        report.problems += len(inventory.problems)
+        return inventory, findings
+
+    # -- terminate -------------------------------------------------------------------------------
+
+    def _terminate(self, candidates: list[Item], report: CycleReport) -> list[tuple[Item, Resource]]:
+        """Re-verify right before acting: a fresh desired state, a fresh host read, a live GET per owner."""
+        desired = self._fresh_desired(report)
+        if desired is None:
+            return []
+        inventory, findings = self._scan(desired, report)
+        refusal = blast_radius_refusal(findings, desired, self.settings.blast_radius)
+        if refusal:
+            self._block(report, "blast_radius", refusal)
+            return []
+        now = self.clock()
+        by_key = {f"{f.kind.value}:{f.id}": f for f in findings}
+        current = resources(inventory)
+        verified: list[tuple[Item, Resource]] = []
+        for item in sorted(candidates, key=lambda i: (_KIND_ORDER[i.kind], i.key)):
+            if item.phase is Phase.TERMINATING and item.key not in current:
+                # A crash came after the side effect and before its record: the step is done.
+                self._persist([after_attempt(item, ok=True, changed=False, lazy=False, now=now,
+                                             detail="gone: the step completed before a restart",
+                                             policy=self.settings.phases)], now)
+                continue
+            doubt = self._doubt(item, by_key.get(item.key), current.get(item.key))
+            if doubt is None:
+                try:
+                    doubt = self._owner_doubt(item)
+                except SourceError as e:
+                    self._block(report, "source_unavailable", f"live GET failed, nothing proceeds: {e}")
+                    return self._checkpoint(verified, now)
+            if doubt:
+                self._persist([back_to_detect(item, f"re-verification: {doubt}", now)], now)
+                report.sent_back.append((item, doubt))
+                self.metrics.blocked("reverification")
+                log.info("sent back to detect", item=item.key, reason=doubt)
+                continue
+            if not self.bucket.take():
+                self._block(report, "rate_limit", "global reclaim rate reached; the rest waits")
+                break
+            verified.append((item, current[item.key]))
+        return self._checkpoint(verified, now)
+
+    def _doubt(self, item: Item, finding: Finding | None, resource: Resource | None) -> str | None:
+        if resource is None or finding is None:
+            return "resource no longer present"
+        if not finding.cls.is_residue:
+            return f"now classified {finding.cls.value}"
+        if identity_of(resource) != item.identity:
+            return "identity changed since it was marked"
+        if finding.owner.uid != item.owner_uid:
+            return "owner changed since it was marked"
+        return None
+
+    def _owner_doubt(self, item: Item) -> str | None:
+        if not (item.owner_namespace and item.owner_name):
+            return None
+        pod = self.source.get_pod(item.owner_namespace, item.owner_name)
+        if pod is None:
+            return None
+        if item.owner_uid is None:
+            return f"a pod named {item.owner_namespace}/{item.owner_name} exists and no UID tells it apart"
+        if pod.uid != item.owner_uid:
+            return None  # a newer incarnation under the same name: not the owner
+        if item.kind is Kind.POD_DIR:
+            return "the owner pod still exists; the kubelet keeps its directory"
+        if pod.state is not OwnerState.TERMINAL:
+            return f"the owner pod is {pod.state.value}"
+        return None
+
+    # -- clean and confirm -----------------------------------------------------------------------
+
+    def _clean(self, verified: list[tuple[Item, Resource]], report: CycleReport) -> None:
+        def on_outcome(item: Item, outcome: Outcome) -> None:
+            now = self.clock()
+            t = after_attempt(item, ok=outcome.ok, changed=outcome.identity_changed, detail=outcome.detail,
+                              lazy=outcome.lazy, now=now, policy=self.settings.phases, skipped=outcome.skipped)
+            self._persist([t], now)
+            fault_point(f"after_record:{item.kind.value}")
+            result = "dry_run" if outcome.skipped else "gone" if outcome.already_gone else "ok" if outcome.ok else (
+                "changed" if outcome.identity_changed else "failed")
+            self.metrics.reclaimed(item.kind.value, result)
+            report.outcomes.append((item, outcome))
+            log_fn = log.info if outcome.ok else log.warning
+            log_fn("reclaim", item=item.key, kind=item.kind.value, result=result, detail=outcome.detail,
+                   lazy=outcome.lazy, owner_uid=item.owner_uid, owner=f"{item.owner_namespace}/{item.owner_name}")
+
+        self.executor.execute([(dataclasses.replace(i, phase=Phase.TERMINATING), r) for i, r in verified],
+                              on_outcome=on_outcome)
+
+    def _confirm(self, verified: list[tuple[Item, Resource]], report: CycleReport) -> None:
+        """Only a confirmed absence closes an item; a rescan of the host decides."""
+        inventory = self.scanner(self.roots, self.settings.scan)
+        present = resources(inventory)
+        unreadable = frozenset(p.kind for p in inventory.problems)
+        now = self.clock()
+        closing: list[Transition] = []
+        for item, _ in verified:
+            latest = self.ledger.get(item.key)
+            if latest is None or latest.phase is not Phase.CLEANED or item.kind in unreadable:
+                continue
+            if item.key not in present or identity_of(present[item.key]) != item.identity:
+                closed = dataclasses.replace(latest, phase=Phase.CLOSED, last_seen=now)
+                closing.append(Transition(closed, latest.phase, "confirmed absent"))
+                report.closed.append(closed)
+        self._persist(closing, now)
+
+    # -- plumbing --------------------------------------------------------------------------------
+
+    def _persist(self, transitions: Sequence[Transition], now: float) -> None:
+        if not transitions:
+            return
+        try:
+            self.ledger.apply(transitions, now=now)
+        except Exception:
+            self.metrics.ledger_error()
+            raise
+        for t in transitions:
+            if t.phase_changed:
+                log.info("transition", item=t.item.key, kind=t.item.kind.value,
+                         from_phase=t.previous.value if t.previous else None, to_phase=t.item.phase.value,
+                         reason=t.reason)
+
+    def _checkpoint(self, verified: list[tuple[Item, Resource]], now: float) -> list[tuple[Item, Resource]]:
+        """Every verified item is written TERMINATING before any executor runs."""
+        self._persist([
+            Transition(dataclasses.replace(item, phase=Phase.TERMINATING), item.phase, "re-verified; reclaiming")
+            for item, _ in verified if item.phase is not Phase.TERMINATING
+        ], now)
+        for item, _ in verified:
+            fault_point(f"after_checkpoint:{item.kind.value}")
+        return verified
+
+    def _block(self, report: CycleReport, reason: str, message: str) -> None:
+        report.blocked.append(f"{reason}: {message}")
+        self.metrics.blocked(reason)
+        log.warning("destructive actions blocked", reason=reason, detail=message)
+
+    def _report_items(self) -> None:
+        counts: dict[tuple[str, str], int] = {}
+        for item in self.ledger.items(active_only=True).values():
+            key = (item.kind.value, item.phase.value)
+            counts[key] = counts.get(key, 0) + 1
+        self.metrics.items(counts)
+
+
+_KIND_ORDER = {kind: i for i, kind in enumerate((
+    Kind.CNI_CACHE, Kind.IP_RESERVATION, Kind.HOSTPORT_RULE, Kind.IPTABLES_CHAIN, Kind.VETH, Kind.NETNS,
+    Kind.VOLUME_MOUNT, Kind.POD_DIR,
+))}

@@ -1,0 +1,186 @@
+"""CNI DEL from the libcni result cache: the teardown the runtime should have run for a dead sandbox.
+
+Going through the real plugins (rather than deleting their state by hand) lets each plugin undo exactly
+what it did: IPAM release, the veth, masquerade and hostport chains, whatever a third-party plugin keeps.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import errno
+import json
+import os
+import stat
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from nodegc.inventory.cni_cache import CACHE_KIND, MAX_CACHE_BYTES
+from nodegc.inventory.cni_ipam import FileReadError, read_small_file
+from nodegc.model.resources import CNICacheEntry
+from nodegc.reclaim.cni_exec import CNIError, exec_plugin, find_plugin, plugin_env, plugin_stdin
+from nodegc.reclaim.outcomes import Outcome
+from nodegc.settings import Roots
+
+_PREV_RESULT_SINCE = (0, 4, 0)
+"""libcni hands the cached result to DEL only from CNI 0.4.0 on; older plugins do not expect it."""
+
+
+def cni_del(entry: CNICacheEntry, *, roots: Roots, timeout: float = 30.0) -> Outcome:
+    """Run DEL through every plugin of the cached configuration (in reverse), then drop the cache file.
+
+    The cache file is re-read first and must still be the same file (inode) for the same container:
+    a runtime that recreated the sandbox under the same id would have rewritten it.
+
+    host-local releases by container id (and ifname), never by address: if the address was handed to
+    a new sandbox meanwhile, the new reservation names another container id and survives this DEL.
+    """
+    deadline = time.monotonic() + timeout
+    try:
+        cached = _reread(entry)
+    except _Gone:
+        return Outcome.gone("cache entry already removed")
+    except _Changed as e:
+        return Outcome.changed(str(e))
+    except ValueError as e:
+        return Outcome.failed(f"cache entry unreadable: {e}")
+    if entry.config_json is None:
+        return Outcome.failed("cache entry has no network configuration; cannot run CNI DEL")
+    try:
+        name, version, plugins = _plugins_of(entry.config_json)
+        capability_args = _capability_args(entry.capability_args_json)
+    except ValueError as e:
+        return Outcome.failed(f"cached configuration unusable: {e}")
+    prev_result = cached.get("result") if _version(version) >= _PREV_RESULT_SINCE else None
+    env = plugin_env(
+        command="DEL",
+        container_id=entry.container_id,
+        netns=entry.netns or "",
+        ifname=entry.ifname,
+        cni_args=entry.cni_args,
+        cni_path=roots.cni_bin_dirs,
+    )
+    try:
+        for plugin in reversed(plugins):
+            stdin = plugin_stdin(
+                plugin,
+                name=name,
+                cni_version=version,
+                prev_result=prev_result if isinstance(prev_result, dict) else None,
+                capability_args=capability_args,
+            )
+            exec_plugin(
+                find_plugin(str(plugin.get("type", "")), roots.cni_bin_dirs),
+                stdin=stdin,
+                env=env,
+                host_netns=roots.net_ns,
+                timeout=deadline - time.monotonic(),
+            )
+    except CNIError as e:
+        return Outcome.failed(f"CNI DEL failed, cache entry kept: {e}")
+    return _remove_cache_file(entry)
+
+
+class _Gone(Exception):
+    pass
+
+
+class _Changed(Exception):
+    pass
+
+
+def _reread(entry: CNICacheEntry) -> dict[str, Any]:
+    try:
+        small = read_small_file(entry.path, limit=MAX_CACHE_BYTES)
+    except FileReadError as e:
+        cause = e.__cause__
+        if isinstance(cause, OSError) and cause.errno == errno.ENOENT:
+            raise _Gone from e
+        raise ValueError(str(e)) from e
+    if small.inode != entry.inode:
+        raise _Changed(f"cache file replaced (inode {small.inode}, expected {entry.inode})")
+    try:
+        doc = json.loads(small.content.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        raise ValueError(f"not JSON: {e}") from e
+    if not isinstance(doc, dict) or doc.get("kind") != CACHE_KIND:
+        raise ValueError(f"not a {CACHE_KIND} document")
+    found = (doc.get("containerId"), doc.get("networkName"), doc.get("ifName"))
+    wanted = (entry.container_id, entry.network, entry.ifname)
+    if found != wanted:
+        raise _Changed(f"cache file now names container {found[0]!r} (expected {entry.container_id!r})")
+    raw_config = doc.get("config")
+    if entry.config_json is not None and isinstance(raw_config, str):
+        try:
+            same = base64.b64decode(raw_config, validate=True).decode("utf-8") == entry.config_json
+        except (binascii.Error, UnicodeDecodeError):
+            same = False
+        if not same:
+            raise _Changed("cached network configuration changed since the scan")
+    return doc
+
+
+def _plugins_of(config_json: str) -> tuple[str, str, list[Mapping[str, Any]]]:
+    """A conflist runs all its plugins; a single network config (a .conf) is a list of one."""
+    try:
+        conf = json.loads(config_json)
+    except ValueError as e:
+        raise ValueError(f"not JSON: {e}") from e
+    if not isinstance(conf, dict):
+        raise ValueError("not an object")
+    name = conf.get("name")
+    if not isinstance(name, str) or not name:
+        raise ValueError("no network name")
+    version = str(conf.get("cniVersion") or "0.1.0")
+    if "plugins" in conf:
+        plugins = conf["plugins"]
+        if not isinstance(plugins, list) or not plugins or not all(isinstance(p, dict) for p in plugins):
+            raise ValueError("plugins is not a non-empty list of objects")
+        return name, version, plugins
+    if not isinstance(conf.get("type"), str):
+        raise ValueError("neither a plugin list nor a plugin type")
+    return name, version, [conf]
+
+
+def _capability_args(raw: str | None) -> Mapping[str, Any]:
+    if raw is None:
+        return {}
+    try:
+        value = json.loads(raw)
+    except ValueError as e:
+        raise ValueError(f"capabilityArgs not JSON: {e}") from e
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ValueError("capabilityArgs is not an object")
+    return value
+
+
+def _version(text: str) -> tuple[int, ...]:
+    parts: list[int] = []
+    for piece in text.split(".")[:3]:
+        digits = "".join(c for c in piece if c.isdigit())
+        parts.append(int(digits) if digits else 0)
+    return tuple(parts)
+
+
+def _remove_cache_file(entry: CNICacheEntry) -> Outcome:
+    """What libcni does after a successful DEL; the file is still checked to be the one we verified."""
+    path = Path(entry.path)
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return Outcome.done("CNI DEL done; cache entry already removed")
+    except OSError as e:
+        return Outcome.failed(f"CNI DEL done, cannot stat cache entry: {e.strerror or e}")
+    if not stat.S_ISREG(st.st_mode) or st.st_ino != entry.inode:
+        return Outcome.changed("CNI DEL done, but the cache file was replaced meanwhile; kept")
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        return Outcome.failed(f"CNI DEL done, cannot remove cache entry: {e.strerror or e}")
+    return Outcome.done("CNI DEL done, cache entry removed")

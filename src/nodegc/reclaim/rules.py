@@ -1,0 +1,226 @@
+"""Removing CNI chains and hostport rules with one iptables-restore per address family.
+
+One `--noflush` transaction per family touches only the named chains and rules and applies all of them
+or none, which is both faster and safer than one iptables call per rule. The dump is re-read first so
+the transaction cannot fail on a rule that is already gone, and so nothing whose owner changed is sent.
+The model has no family field: the family is wherever the fresh dumps show the chain (possibly both).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from nodegc.inventory.iptables import parse_iptables_save, read_iptables_save
+from nodegc.model.resources import HostportRule, IptablesChain
+from nodegc.reclaim.outcomes import Outcome
+
+MAX_ISOLATED = 64
+"""After a failed batch, at most this many single-item restores are tried to find the bad item."""
+
+
+@dataclass(frozen=True)
+class _Family:
+    save: str
+    restore: str
+
+
+FAMILIES = (_Family("iptables-save", "iptables-restore"), _Family("ip6tables-save", "ip6tables-restore"))
+
+
+@dataclass
+class _Dump:
+    chains: dict[tuple[str, str], IptablesChain] = field(default_factory=dict)
+    rules: dict[tuple[str, str, str], HostportRule] = field(default_factory=dict)
+
+
+@dataclass
+class _Unit:
+    """What must go in one transaction: a chain with the jumps into it, or one standalone rule."""
+
+    table: str
+    keys: list[str]
+    deletes: list[str]
+    chain: str | None = None
+
+
+def remove_rules(
+    chains: Sequence[IptablesChain],
+    rules: Sequence[HostportRule],
+    *,
+    net_ns: Path | None,
+    timeout: float = 30.0,
+) -> dict[str, Outcome]:
+    """Outcomes keyed by chain name and by rule text (rule texts start with `-A`, so keys never clash)."""
+    deadline = time.monotonic() + timeout
+    dumps: list[_Dump | None] = []
+    read_errors: list[str] = []
+    for fam in FAMILIES:
+        dump, error = _read(fam, net_ns=net_ns, deadline=deadline)
+        dumps.append(dump)
+        if error:
+            read_errors.append(error)
+
+    outcomes: dict[str, list[Outcome]] = {}
+    units: list[list[_Unit]] = [[] for _ in FAMILIES]
+    for chain in chains:
+        _plan_chain(chain, dumps, units, outcomes, read_errors)
+    for rule in rules:
+        _plan_rule(rule, dumps, units, outcomes, read_errors)
+
+    for fam, fam_units in zip(FAMILIES, units, strict=True):
+        if not fam_units:
+            continue
+        for unit, outcome in _apply(fam, fam_units, net_ns=net_ns, deadline=deadline):
+            for key in unit.keys:
+                outcomes.setdefault(key, []).append(outcome)
+    return {key: _merge(found) for key, found in outcomes.items()}
+
+
+def _read(fam: _Family, *, net_ns: Path | None, deadline: float) -> tuple[_Dump | None, str | None]:
+    text, problems = read_iptables_save(
+        commands=(fam.save,), net_ns=net_ns, timeout=max(deadline - time.monotonic(), 0.1)
+    )
+    if problems:
+        return None, f"{fam.save}: {problems[0].reason}"
+    parsed_chains, parsed_rules, _skipped = parse_iptables_save(text)
+    dump = _Dump()
+    for c in parsed_chains:
+        dump.chains[(c.table, c.name)] = c
+    for r in parsed_rules:
+        dump.rules[(r.table, r.chain, r.rule)] = r
+    return dump, None
+
+
+def _plan_chain(
+    chain: IptablesChain,
+    dumps: list[_Dump | None],
+    units: list[list[_Unit]],
+    outcomes: dict[str, list[Outcome]],
+    read_errors: list[str],
+) -> None:
+    found = [(i, d.chains[(chain.table, chain.name)]) for i, d in enumerate(dumps)
+             if d is not None and (chain.table, chain.name) in d.chains]
+    if not found:
+        outcomes[chain.name] = [_absent(read_errors, f"chain {chain.name} already gone")]
+        return
+    for _, fresh in found:
+        if (fresh.network, fresh.container_id) != (chain.network, chain.container_id):
+            outcomes[chain.name] = [Outcome.changed(
+                f"chain {chain.name} now belongs to {fresh.network!r}/{fresh.container_id!r}"
+            )]
+            return
+    for i, fresh in found:
+        deletes = [_as_delete(j) for j in fresh.jumps]
+        units[i].append(_Unit(table=chain.table, keys=[chain.name], deletes=deletes, chain=chain.name))
+
+
+def _plan_rule(
+    rule: HostportRule,
+    dumps: list[_Dump | None],
+    units: list[list[_Unit]],
+    outcomes: dict[str, list[Outcome]],
+    read_errors: list[str],
+) -> None:
+    key = (rule.table, rule.chain, rule.rule)
+    found = [(i, d.rules[key]) for i, d in enumerate(dumps) if d is not None and key in d.rules]
+    if not found:
+        outcomes[rule.rule] = [_absent(read_errors, "rule already gone")]
+        return
+    for _, fresh in found:
+        if (fresh.network, fresh.container_id) != (rule.network, rule.container_id):
+            outcomes[rule.rule] = [Outcome.changed(
+                f"rule now belongs to {fresh.network!r}/{fresh.container_id!r}"
+            )]
+            return
+    delete = _as_delete(rule.rule)
+    for i, _ in found:
+        # A jump into a chain removed in this call is deleted with that chain, never twice.
+        owner = next((u for u in units[i] if u.table == rule.table and delete in u.deletes), None)
+        if owner is not None:
+            owner.keys.append(rule.rule)
+        else:
+            units[i].append(_Unit(table=rule.table, keys=[rule.rule], deletes=[delete]))
+
+
+def _absent(read_errors: list[str], detail: str) -> Outcome:
+    """Absent from a dump that could not be read is not proof of absence."""
+    if read_errors:
+        return Outcome.failed(f"not found, but not every family could be read: {'; '.join(read_errors)}")
+    return Outcome.gone(detail)
+
+
+def _as_delete(rule_text: str) -> str:
+    return "-D " + rule_text[3:] if rule_text.startswith("-A ") else rule_text
+
+
+def _batch(units: Sequence[_Unit]) -> str:
+    """Deletes first, then flush every chain, then delete every chain: chains may jump to each other."""
+    lines: list[str] = []
+    for table in dict.fromkeys(u.table for u in units):
+        mine = [u for u in units if u.table == table]
+        names = [u.chain for u in mine if u.chain is not None]
+        lines.append(f"*{table}")
+        lines += list(dict.fromkeys(d for u in mine for d in u.deletes))
+        lines += [f"-F {n}" for n in names]
+        lines += [f"-X {n}" for n in names]
+        lines.append("COMMIT")
+    return "\n".join(lines) + "\n"
+
+
+def _apply(
+    fam: _Family, units: Sequence[_Unit], *, net_ns: Path | None, deadline: float
+) -> list[tuple[_Unit, Outcome]]:
+    error = _restore(fam, _batch(units), net_ns=net_ns, deadline=deadline)
+    if error is None:
+        return [(u, Outcome.done(f"removed by {fam.restore}")) for u in units]
+    if len(units) == 1:
+        return [(units[0], Outcome.failed(error))]
+    out: list[tuple[_Unit, Outcome]] = []
+    for n, unit in enumerate(units):
+        if n >= MAX_ISOLATED:
+            out.append((unit, Outcome.failed(f"batch failed ({error}); not retried alone")))
+            continue
+        single = _restore(fam, _batch([unit]), net_ns=net_ns, deadline=deadline)
+        out.append((unit, Outcome.failed(single) if single else Outcome.done(f"removed by {fam.restore}")))
+    return out
+
+
+def _restore(fam: _Family, text: str, *, net_ns: Path | None, deadline: float) -> str | None:
+    """None on success, else why it failed (first line of stderr)."""
+    argv = [fam.restore, "--noflush", "-w"]
+    if net_ns is not None:
+        argv = ["nsenter", f"--net={os.fsdecode(net_ns)}", *argv]
+    remaining = deadline - time.monotonic()
+    if remaining <= 0:
+        return f"{fam.restore} not run: time budget spent"
+    try:
+        proc = subprocess.run(
+            argv,
+            input=text.encode("utf-8", "surrogateescape"),
+            capture_output=True,
+            timeout=remaining,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return f"{fam.restore} timed out after {remaining:.1f}s"
+    except OSError as e:
+        return f"cannot run {fam.restore}: {e.strerror or e}"
+    if proc.returncode != 0:
+        err = proc.stderr.decode("utf-8", "replace").strip().splitlines()
+        return f"{fam.restore} exit {proc.returncode}: {err[0][:200] if err else 'no error output'}"
+    return None
+
+
+def _merge(found: Sequence[Outcome]) -> Outcome:
+    """One key may live in both families: it is reclaimed only when every family agrees."""
+    if len(found) == 1:
+        return found[0]
+    bad = [o for o in found if not o.ok]
+    if bad:
+        return bad[0]
+    return next((o for o in found if not o.already_gone), found[0])
