@@ -12,14 +12,19 @@ from pathlib import Path
 
 from nodegc import __version__
 from nodegc.desired.source import DesiredSource, SourceError
+from nodegc.model.resources import Kind
 from nodegc.observe.logs import configure_logging, get_logger
+from nodegc.planning.guards import BlastRadius
 from nodegc.settings import Roots, ScanOptions
+
+DEFAULT_STATE_DIR = Path("/var/lib/nodegc")
 
 EXIT_CLEAN = 0
 EXIT_ERROR = 1
 EXIT_USAGE = 2
 EXIT_RESIDUE = 3
 EXIT_SOURCE = 4
+EXIT_BLOCKED = 5
 
 log = get_logger("nodegc.cli")
 
@@ -63,7 +68,67 @@ def build_parser() -> argparse.ArgumentParser:
     scan.add_argument("--min-age", type=float, default=ScanOptions().min_age_seconds, metavar="SECONDS",
                       help="resources younger than this are protected (default: %(default)s)")
     scan.add_argument("--command-timeout", type=float, default=ScanOptions().command_timeout, metavar="SECONDS")
+
+    clean = sub.add_parser("clean", help="one shot: plan the reclaim of residue, and with --apply do it")
+    _add_source_flags(clean)
+    _add_root_flags(clean)
+    _add_engine_flags(clean)
+    clean.add_argument("--apply", action="store_true", help="reclaim for real (default: print the plan only)")
+    clean.add_argument("-o", "--output", choices=["table", "json"], default="table")
+
+    agent = sub.add_parser("agent", help="the node agent: scan every interval, advance phases, reclaim")
+    _add_source_flags(agent)
+    _add_root_flags(agent)
+    _add_engine_flags(agent)
+    agent.add_argument("--interval", type=float, default=30.0, metavar="SECONDS")
+    agent.add_argument("--consecutive-scans", type=int, default=3, metavar="K",
+                       help="scans in a row a resource must be orphaned before it is marked (default: 3)")
+    agent.add_argument("--grace", type=float, default=120.0, metavar="SECONDS",
+                       help="and this long since first seen orphaned (default: 120)")
+    agent.add_argument("--dry-run", action="store_true", help="run every phase but reclaim nothing")
+    agent.add_argument("--metrics-address", default="0.0.0.0:9808", metavar="HOST:PORT",
+                       help="Prometheus metrics endpoint; empty to disable (default: %(default)s)")
+    agent.add_argument("--max-cycles", type=int, default=0, help=argparse.SUPPRESS)
+
+    history = sub.add_parser("history", help="the ledger's audit trail")
+    history.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR)
+    history.add_argument("--item", help="item key or part of a resource id")
+    history.add_argument("--kind", choices=[k.value for k in Kind])
+    history.add_argument("--owner", help="part of the owner (namespace/name, uid or container id)")
+    history.add_argument("--since", type=_duration, metavar="DURATION", help="e.g. 30m, 2h, 1d")
+    history.add_argument("--limit", type=int, default=1000)
+    history.add_argument("-o", "--output", choices=["table", "json"], default="table")
+
+    explain = sub.add_parser("explain", help="why an item is, or is not, being reclaimed")
+    explain.add_argument("item", help="item key (kind:id) or part of a resource id")
+    explain.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR)
     return parser
+
+
+def _add_engine_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("safety")
+    g.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR,
+                   help="holds the ledger (ledger.db) and its lock (default: %(default)s)")
+    g.add_argument("--min-age", type=float, default=ScanOptions().min_age_seconds, metavar="SECONDS",
+                   help="resources younger than this are protected (default: %(default)s)")
+    g.add_argument("--max-share", type=float, default=BlastRadius().max_share, metavar="FRACTION",
+                   help="refuse to act when more than this share of the node's owners look orphaned")
+    g.add_argument("--allow-empty-desired", action="store_true",
+                   help="act even when the desired state lists no pods for a node with pod directories")
+    g.add_argument("--max-desired-age", type=float, default=120.0, metavar="SECONDS",
+                   help="a desired state older than this is stale: nothing destructive happens")
+    g.add_argument("--reclaims-per-minute", type=float, default=600.0)
+    g.add_argument("--command-timeout", type=float, default=ScanOptions().command_timeout, metavar="SECONDS")
+
+
+def _duration(text: str) -> float:
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    try:
+        if text[-1:] in units:
+            return float(text[:-1]) * units[text[-1]]
+        return float(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (e.g. 90s, 30m, 2h)") from e
 
 
 def roots_from_args(args: argparse.Namespace) -> Roots:
@@ -122,9 +187,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     fmt = {"auto": None, "json": True, "console": False}[args.log_format]
     configure_logging(args.log_level, json_output=fmt)
+    from nodegc import commands
+
+    handlers = {"scan": cmd_scan, "clean": commands.cmd_clean, "agent": commands.cmd_agent,
+                "history": commands.cmd_history, "explain": commands.cmd_explain}
     try:
-        if args.command == "scan":
-            return cmd_scan(args)
+        return handlers[args.command](args)
     except KeyboardInterrupt:
         return 130
     parser.error(f"unknown command {args.command}")

@@ -11,6 +11,9 @@ import os
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+import nodegc.reclaim.rules as rules_module
 from nodegc.inventory.scanning import scan_node
 from nodegc.model.resources import Inventory
 from nodegc.reclaim.network import cni_del, delete_veth, release_ip, remove_netns, remove_rules
@@ -260,3 +263,28 @@ def test_netns_leftover_and_identity_checks(sandbox_node: SandboxNode) -> None:
     assert remove_netns(ns).ok
     assert remove_netns(ns).already_gone
     assert delete_veth(veth, net_ns=node.roots.net_ns).already_gone
+
+
+def test_failed_batch_is_isolated_per_chain(
+    sandbox_node: SandboxNode, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    node = sandbox_node
+    pods = [node.add_pod(f"gone-{i}") for i in range(3)]
+    for p in pods:
+        node.delete_without_cni_del(p)
+    inv = scan(node)
+    chains = [c for p in pods for c in records(inv, p)["chains"]]
+    bad = chains[1].name
+    real = rules_module._restore
+
+    def flaky(fam: Any, text: str, *, net_ns: Path | None, deadline: float) -> str | None:
+        if bad in text:
+            return "injected failure"
+        return real(fam, text, net_ns=net_ns, deadline=deadline)
+
+    monkeypatch.setattr(rules_module, "_restore", flaky)
+    out = remove_rules(chains, [], net_ns=node.roots.net_ns)
+    assert not out[bad].ok and "injected" in out[bad].detail
+    assert all(out[c.name].ok and not out[c.name].already_gone for c in chains if c.name != bad)
+    left = {c.name for c in scan(node).chains}
+    assert bad in left and not left & {c.name for c in chains if c.name != bad}
