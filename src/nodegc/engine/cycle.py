@@ -11,6 +11,7 @@ import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from nodegc.desired.source import DesiredSource, SourceError
 from nodegc.engine.limits import TokenBucket
@@ -42,8 +43,8 @@ from nodegc.settings import Roots, ScanOptions
 log = get_logger("nodegc.engine")
 
 
-class _Metrics:
-    """The subset of observe.metrics.Metrics the engine reports to; None-safe through NullMetrics."""
+class MetricsSink(Protocol):
+    """What the engine reports (observe.metrics.Metrics implements it)."""
 
     def blocked(self, reason: str) -> None: ...
     def reclaimed(self, kind: str, result: str) -> None: ...
@@ -51,6 +52,26 @@ class _Metrics:
     def items(self, counts: dict[tuple[str, str], int]) -> None: ...
     def ledger_error(self) -> None: ...
     def desired_age(self, seconds: float) -> None: ...
+
+
+class NullMetrics:
+    def blocked(self, reason: str) -> None:
+        pass
+
+    def reclaimed(self, kind: str, result: str) -> None:
+        pass
+
+    def scanned(self, seconds: float, problems: Sequence[tuple[str, int]]) -> None:
+        pass
+
+    def items(self, counts: dict[tuple[str, str], int]) -> None:
+        pass
+
+    def ledger_error(self) -> None:
+        pass
+
+    def desired_age(self, seconds: float) -> None:
+        pass
 
 
 @dataclass(frozen=True)
@@ -85,7 +106,7 @@ class Engine:
         ledger: Ledger,
         executor: Executor,
         settings: EngineSettings | None = None,
-        metrics: _Metrics | None = None,
+        metrics: MetricsSink | None = None,
         clock: Callable[[], float] = time.time,
         scanner: Callable[[Roots, ScanOptions], Inventory] = scan_node,
     ) -> None:
@@ -94,7 +115,7 @@ class Engine:
         self.ledger = ledger
         self.executor = executor
         self.settings = settings or EngineSettings()
-        self.metrics: _Metrics = metrics or _Metrics()
+        self.metrics: MetricsSink = metrics or NullMetrics()
         self.clock = clock
         self.scanner = scanner
         self.bucket = TokenBucket(per_minute=self.settings.reclaims_per_minute, burst=self.settings.reclaim_burst,

@@ -28,8 +28,10 @@ _PREV_RESULT_SINCE = (0, 4, 0)
 """libcni hands the cached result to DEL only from CNI 0.4.0 on; older plugins do not expect it."""
 
 
-def cni_del(entry: CNICacheEntry, *, roots: Roots, timeout: float = 30.0) -> Outcome:
-    """Run DEL through every plugin of the cached configuration (in reverse), then drop the cache file.
+def cni_del(entry: CNICacheEntry, *, roots: Roots, timeout: float = 30.0, keep_cache: bool = False) -> Outcome:
+    """Run DEL through every plugin of the cached configuration (in reverse), then drop the cache file
+    (unless `keep_cache`: the engine removes it last, since it is the evidence that ties the sandbox's
+    netns and chains to the pod if a crash interrupts the rest; see `remove_cache_entry`).
 
     The cache file is re-read first and must still be the same file (inode) for the same container:
     a runtime that recreated the sandbox under the same id would have rewritten it.
@@ -80,7 +82,9 @@ def cni_del(entry: CNICacheEntry, *, roots: Roots, timeout: float = 30.0) -> Out
             )
     except CNIError as e:
         return Outcome.failed(f"CNI DEL failed, cache entry kept: {e}")
-    return _remove_cache_file(entry)
+    if keep_cache:
+        return Outcome.done("CNI DEL done; cache entry kept until the sandbox's other leftovers are gone")
+    return remove_cache_entry(entry)
 
 
 class _Gone(Exception):
@@ -166,7 +170,7 @@ def _version(text: str) -> tuple[int, ...]:
     return tuple(parts)
 
 
-def _remove_cache_file(entry: CNICacheEntry) -> Outcome:
+def remove_cache_entry(entry: CNICacheEntry) -> Outcome:
     """What libcni does after a successful DEL; the file is still checked to be the one we verified."""
     path = Path(entry.path)
     try:

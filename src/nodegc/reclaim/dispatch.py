@@ -76,12 +76,14 @@ class HostExecutor:
     unmount_timeout: float = 10.0
 
     def execute(self, batch: Batch, *, on_outcome: OnOutcome) -> None:
+        from nodegc.reclaim.cni_del import remove_cache_entry
         from nodegc.reclaim.filesystem import remove_pod_dir
         from nodegc.reclaim.network import cni_del, delete_veth, release_ip, remove_netns, remove_rules
         from nodegc.reclaim.unmounting import unmount_volume
 
         rule_items = [(i, r) for i, r in batch if isinstance(r, IptablesChain | HostportRule)]
         rules_done = False
+        deleted: list[tuple[Item, CNICacheEntry, Outcome]] = []
         for item, resource in batch:
             kind = item.kind.value
             if isinstance(resource, IptablesChain | HostportRule):
@@ -93,7 +95,12 @@ class HostExecutor:
             outcome: Outcome
             match resource:
                 case CNICacheEntry():
-                    outcome = cni_del(resource, roots=self.roots, timeout=self.timeout)
+                    # DEL now; the cache file, the evidence tying netns and chains to the pod, goes last.
+                    outcome = cni_del(resource, roots=self.roots, timeout=self.timeout, keep_cache=True)
+                    fault_point("after_del:cni_cache")
+                    if outcome.ok and not outcome.already_gone:
+                        deleted.append((item, resource, outcome))
+                        continue
                 case IPReservation():
                     outcome = release_ip(resource, roots=self.roots)
                 case VethLink():
@@ -106,6 +113,11 @@ class HostExecutor:
                     outcome = remove_pod_dir(resource, kubelet_root=self.roots.kubelet_root,
                                              proc_root=self.roots.proc_root)
             fault_point(f"after_clean:{kind}")
+            on_outcome(item, outcome)
+        for item, entry, _ in deleted:
+            fault_point("before_clean:cni_cache_file")
+            outcome = remove_cache_entry(entry)
+            fault_point("after_clean:cni_cache")
             on_outcome(item, outcome)
 
     def _rules(

@@ -172,7 +172,9 @@ def remove_pod_dir(
         return Outcome.failed(f"refused: {uid!r} is not a plausible pod UID")
     real, literal = _expected_paths(kubelet_root, uid)
     if pod_dir.path not in (real, literal):
-        return Outcome.failed(f"refused: {pod_dir.path!r} is not {real!r} (must be <kubelet root>/pods/<uid>)")
+        return Outcome.failed(
+            f"refused: {pod_dir.path!r} is not {real!r} (must be <kubelet root>/pods/<uid>)"
+        )
     pods = os.path.dirname(real)
     try:
         pods_fd = os.open(pods, _DIR_FLAGS)
@@ -181,8 +183,15 @@ def remove_pod_dir(
     except OSError as e:
         return Outcome.failed(f"cannot open {pods}: {e.strerror}")
     try:
-        return _remove_below(pods_fd, pod_dir, path=real, proc_root=proc_root, deadline=time.monotonic() + timeout,
-                             max_entries=max_entries, max_depth=max_depth)
+        return _remove_below(
+            pods_fd,
+            pod_dir,
+            path=real,
+            proc_root=proc_root,
+            deadline=time.monotonic() + timeout,
+            max_entries=max_entries,
+            max_depth=max_depth,
+        )
     finally:
         os.close(pods_fd)
 
@@ -218,9 +227,13 @@ def _remove_below(pods_fd: int, pod_dir: PodDir, *, path: str, proc_root: Path, 
         try:
             empty = walk.clear(fd, os.fsencode(path), depth=0)
         except _BudgetExceeded as e:
-            return Outcome.failed(f"{path}: {e}; removed {walk.removed} entries, the rest waits for the next round")
+            return Outcome.failed(
+                f"{path}: {e}; removed {walk.removed} entries, the rest waits for the next round"
+            )
         except OSError as e:
-            return Outcome.failed(f"{path}: cannot list a directory: {e.strerror}; removed {walk.removed} entries")
+            return Outcome.failed(
+                f"{path}: cannot list a directory: {e.strerror}; removed {walk.removed} entries"
+            )
     finally:
         os.close(fd)
     if not empty:

@@ -74,7 +74,7 @@ UNMOUNT_CHILD: tuple[str, ...] = (sys.executable, "-I", "-S", "-c", UNMOUNT_CHIL
 @dataclass(frozen=True)
 class _ChildResult:
     status: str
-    """"ok", "changed", "errno", "timeout" or "broken"."""
+    """One of ok, changed, errno (value: the errno), timeout, broken (value: why)."""
     value: str = ""
 
 
@@ -82,7 +82,9 @@ def _run_child(child: Sequence[str], *, path: str, mount_id: int, flags: int, pr
                timeout: float) -> _ChildResult:
     argv: list[str | bytes] = [*child, os.fsencode(path), str(mount_id), str(flags), os.fsencode(proc_root)]
     try:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        proc = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
     except OSError as e:
         return _ChildResult("broken", f"cannot start the unmount child: {e}")
     try:
@@ -139,7 +141,8 @@ def _after(volume: VolumeDir, proc_root: Path, *, lazy: bool) -> Outcome:
                        lazy=lazy)
     ids = [m.mount_id for m in seen.stack]
     if volume.mount_id in ids:
-        return Outcome(ok=False, detail=f"mount {volume.mount_id} still at {seen.target} after umount", lazy=lazy)
+        detail = f"mount {volume.mount_id} still at {seen.target} after umount"
+        return Outcome(ok=False, detail=detail, lazy=lazy)
     if ids:
         return Outcome(
             ok=False,
@@ -187,7 +190,9 @@ def unmount_volume(
     if refusal is not None or volume.mount_id is None:
         return refusal or Outcome.failed("no verified mount id")
     mount_id = volume.mount_id
-    first = _run_child(child, path=seen.target, mount_id=mount_id, flags=0, proc_root=proc_root, timeout=timeout)
+    first = _run_child(
+        child, path=seen.target, mount_id=mount_id, flags=0, proc_root=proc_root, timeout=timeout
+    )
     if first.status == "ok":
         return _after(volume, proc_root, lazy=False)
     if first.status == "changed":
@@ -213,7 +218,9 @@ def unmount_volume(
     if lazy.status == "changed":
         return Outcome.changed(f"mount at {seen.target} is {lazy.value}, not the verified {mount_id}")
     if lazy.status == "timeout":
-        return Outcome.failed(f"umount {reason}; lazy detach of {seen.target} also timed out after {timeout:g}s")
+        return Outcome.failed(
+            f"umount {reason}; lazy detach of {seen.target} also timed out after {timeout:g}s"
+        )
     why = lazy.value if lazy.status == "broken" else _strerror(lazy.value)
     return _gone_or(volume, proc_root, f"umount {reason}; lazy detach of {seen.target} failed: {why}")
 

@@ -1,0 +1,71 @@
+"""Metrics: names and labels as documented, one registry per instance, and a real HTTP endpoint."""
+
+from __future__ import annotations
+
+import urllib.request
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from nodegc.observe.metrics import Metrics
+
+
+def _samples(m: Metrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    out: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+    for family in text_string_to_metric_families(m.render().decode()):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def test_every_metric_is_exposed_with_its_labels() -> None:
+    m = Metrics()
+    m.items({("pod_dir", "marked"): 3, ("netns", "detected"): 1})
+    m.reclaimed("pod_dir", "ok")
+    m.reclaimed("pod_dir", "ok")
+    m.reclaimed("veth", "changed")
+    m.scanned(0.2, [("pod_dir", 2), ("netns", 0)])
+    m.blocked("stale_source")
+    m.ledger_error()
+    m.desired_age(12.5)
+    s = _samples(m)
+    assert s[("nodegc_items", (("kind", "pod_dir"), ("phase", "marked")))] == 3
+    assert s[("nodegc_items", (("kind", "netns"), ("phase", "detected")))] == 1
+    assert s[("nodegc_reclaims_total", (("kind", "pod_dir"), ("result", "ok")))] == 2
+    assert s[("nodegc_reclaims_total", (("kind", "veth"), ("result", "changed")))] == 1
+    assert s[("nodegc_scan_duration_seconds_count", ())] == 1
+    assert s[("nodegc_scan_duration_seconds_sum", ())] == 0.2
+    assert s[("nodegc_actions_blocked_total", (("reason", "stale_source"),))] == 1
+    assert s[("nodegc_ledger_errors_total", ())] == 1
+    assert s[("nodegc_read_problems_total", (("kind", "pod_dir"),))] == 2
+    assert ("nodegc_read_problems_total", (("kind", "netns"),)) not in s
+    assert s[("nodegc_desired_state_age_seconds", ())] == 12.5
+
+
+def test_item_counts_that_disappear_drop_to_zero() -> None:
+    m = Metrics()
+    m.items({("pod_dir", "marked"): 3})
+    m.items({("pod_dir", "cleaned"): 1})
+    s = _samples(m)
+    assert s[("nodegc_items", (("kind", "pod_dir"), ("phase", "marked")))] == 0
+    assert s[("nodegc_items", (("kind", "pod_dir"), ("phase", "cleaned")))] == 1
+
+
+def test_instances_have_separate_registries() -> None:
+    a, b = Metrics(), Metrics()
+    a.ledger_error()
+    assert _samples(a)[("nodegc_ledger_errors_total", ())] == 1
+    assert _samples(b)[("nodegc_ledger_errors_total", ())] == 0
+
+
+def test_serve_exposes_the_registry_and_shuts_down() -> None:
+    m = Metrics()
+    m.blocked("blast_radius")
+    server = m.serve("127.0.0.1", 0)
+    try:
+        url = f"http://127.0.0.1:{server.port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            body = resp.read().decode()
+        assert 'nodegc_actions_blocked_total{reason="blast_radius"} 1.0' in body
+    finally:
+        server.shutdown()
+    assert not server.thread.is_alive()
