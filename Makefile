@@ -8,7 +8,7 @@ APT_PACKAGES := python3-venv containernetworking-plugins iptables iproute2 util-
 ISOLATE := unshare --mount --net --propagation private -- bash -c 'ip link set lo up && exec "$$0" "$$@"'
 PYTEST_ARGS ?= -q
 
-.PHONY: all deps venv lint typecheck test unit demo bench clean
+.PHONY: all deps venv lint typecheck test unit demo bench bench-reclaim clean
 
 all: test
 
@@ -49,6 +49,9 @@ demo: deps venv
 
 bench: deps venv
 	$(ISOLATE) $(PY) bench/scan.py
+
+bench-reclaim: deps venv
+	$(ISOLATE) $(PY) bench/reclaim.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

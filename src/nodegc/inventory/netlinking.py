@@ -59,6 +59,7 @@ _U32 = struct.Struct("=I")
 _I32 = struct.Struct("=i")
 _RECV_BUF = 1 << 16
 """The kernel fills a dump datagram up to 32 KiB; anything longer than the buffer is reported, not cut."""
+_LINK_ATTRS = frozenset((IFLA_ADDRESS, IFLA_IFNAME, IFLA_LINK, IFLA_MASTER, IFLA_LINKINFO, IFLA_LINK_NETNSID))
 _NSID_BATCH = 64
 """Requests per send: their replies (one small datagram each) must fit the default receive buffer."""
 _DUMP_ATTEMPTS = 3
@@ -305,28 +306,37 @@ def _raise_if_error(buf: bytearray, start: int, end: int, what: str) -> None:
 
 
 def _parse_link(buf: bytearray, start: int, end: int) -> RawLink:
+    """One pass over the attributes, the hot loop of a scan: inlined, uninteresting types skipped early."""
     if end - start < _IFINFOMSG.size:
         raise NetlinkError("truncated link message header")
     index = _IFINFOMSG.unpack_from(buf, start)[2]
-    name = mac = kind = None
-    master = link = nsid = None
-    for atype, a, b in _attrs(buf, start + _IFINFOMSG.size, end):
-        if atype == IFLA_IFNAME and name is None:
-            name = _zstring(buf, a, b)
-        elif atype == IFLA_ADDRESS and mac is None:
-            mac = ":".join(f"{octet:02x}" for octet in buf[a : a + 6]) if b - a >= 6 else None
-        elif atype == IFLA_MASTER and master is None:
-            master = _u32(buf, a, b)
-        elif atype == IFLA_LINK and link is None:
-            link = _u32(buf, a, b)
-        elif atype == IFLA_LINK_NETNSID and nsid is None:
-            nsid = _I32.unpack_from(buf, a)[0] if b - a >= 4 else None
-        elif atype == IFLA_LINKINFO and kind is None:
-            for sub, c, d in _attrs(buf, a, b):
-                if sub == IFLA_INFO_KIND:
-                    kind = _zstring(buf, c, d)
-                    break
-    return RawLink(index=index, name=name, mac=mac, master=master, link=link, link_netnsid=nsid, kind=kind)
+    found: dict[int, tuple[int, int]] = {}
+    unpack = _NLA_HDR.unpack_from
+    wanted = _LINK_ATTRS
+    off = start + _IFINFOMSG.size
+    while off + 4 <= end:
+        length, atype = unpack(buf, off)
+        if length < 4 or off + length > end:
+            raise NetlinkError(f"attribute {atype & _NLA_TYPE_MASK} of length {length} overruns its message")
+        atype &= _NLA_TYPE_MASK
+        if atype in wanted and atype not in found:
+            found[atype] = (off + 4, off + length)
+        off += (length + 3) & ~3
+    kind = None
+    if IFLA_LINKINFO in found:
+        for sub, c, d in _attrs(buf, *found[IFLA_LINKINFO]):
+            if sub == IFLA_INFO_KIND:
+                kind = _zstring(buf, c, d)
+                break
+    return RawLink(
+        index=index,
+        name=_zstring(buf, *found[IFLA_IFNAME]) if IFLA_IFNAME in found else None,
+        mac=_mac(buf, *found[IFLA_ADDRESS]) if IFLA_ADDRESS in found else None,
+        master=_u32(buf, *found[IFLA_MASTER]) if IFLA_MASTER in found else None,
+        link=_u32(buf, *found[IFLA_LINK]) if IFLA_LINK in found else None,
+        link_netnsid=_i32(buf, *found[IFLA_LINK_NETNSID]) if IFLA_LINK_NETNSID in found else None,
+        kind=kind,
+    )
 
 
 def _parse_nsid(buf: bytearray, start: int, end: int) -> int | NetlinkError:
@@ -356,6 +366,14 @@ def _attrs(buf: bytearray, off: int, end: int) -> list[tuple[int, int, int]]:
 
 def _u32(buf: bytearray, a: int, b: int) -> int | None:
     return int(_U32.unpack_from(buf, a)[0]) if b - a >= 4 else None
+
+
+def _i32(buf: bytearray, a: int, b: int) -> int | None:
+    return int(_I32.unpack_from(buf, a)[0]) if b - a >= 4 else None
+
+
+def _mac(buf: bytearray, a: int, b: int) -> str | None:
+    return ":".join(f"{octet:02x}" for octet in buf[a : a + 6]) if b - a >= 6 else None
 
 
 def _zstring(buf: bytearray, a: int, b: int) -> str | None:
