@@ -59,8 +59,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"nodegc {__version__}")
     parser.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
     parser.add_argument("--log-format", default="auto", choices=["auto", "json", "console"])
+    # The logging flags are accepted after the subcommand too; there they override the global ones.
+    logs = argparse.ArgumentParser(add_help=False)
+    logs.add_argument("--log-level", default=argparse.SUPPRESS, choices=["debug", "info", "warning", "error"])
+    logs.add_argument("--log-format", default=argparse.SUPPRESS, choices=["auto", "json", "console"])
     sub = parser.add_subparsers(dest="command", required=True)
-    scan = sub.add_parser("scan", help="inventory the node and report residue (read only)")
+    scan = sub.add_parser("scan", parents=[logs], help="inventory the node and report residue (read only)")
     _add_source_flags(scan)
     _add_root_flags(scan)
     scan.add_argument("-o", "--output", choices=["table", "json", "yaml"], default="table")
@@ -69,14 +73,14 @@ def build_parser() -> argparse.ArgumentParser:
                       help="resources younger than this are protected (default: %(default)s)")
     scan.add_argument("--command-timeout", type=float, default=ScanOptions().command_timeout, metavar="SECONDS")
 
-    clean = sub.add_parser("clean", help="one shot: plan the reclaim of residue, and with --apply do it")
+    clean = sub.add_parser("clean", parents=[logs], help="one shot: plan the reclaim of residue, and with --apply do it")
     _add_source_flags(clean)
     _add_root_flags(clean)
     _add_engine_flags(clean)
     clean.add_argument("--apply", action="store_true", help="reclaim for real (default: print the plan only)")
     clean.add_argument("-o", "--output", choices=["table", "json"], default="table")
 
-    agent = sub.add_parser("agent", help="the node agent: scan every interval, advance phases, reclaim")
+    agent = sub.add_parser("agent", parents=[logs], help="the node agent: scan every interval, advance phases, reclaim")
     _add_source_flags(agent)
     _add_root_flags(agent)
     _add_engine_flags(agent)
@@ -90,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="Prometheus metrics endpoint; empty to disable (default: %(default)s)")
     agent.add_argument("--max-cycles", type=int, default=0, help=argparse.SUPPRESS)
 
-    history = sub.add_parser("history", help="the ledger's audit trail")
+    history = sub.add_parser("history", parents=[logs], help="the ledger's audit trail")
     history.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR)
     history.add_argument("--item", help="item key or part of a resource id")
     history.add_argument("--kind", choices=[k.value for k in Kind])
@@ -99,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     history.add_argument("--limit", type=int, default=1000)
     history.add_argument("-o", "--output", choices=["table", "json"], default="table")
 
-    explain = sub.add_parser("explain", help="why an item is, or is not, being reclaimed")
+    explain = sub.add_parser("explain", parents=[logs], help="why an item is, or is not, being reclaimed")
     explain.add_argument("item", help="item key (kind:id) or part of a resource id")
     explain.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR)
     return parser

@@ -8,10 +8,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nodegc.model.findings import FindingClass
+from nodegc.model.items import Phase
 from nodegc.model.pods import OwnerState, Pod
 from nodegc.model.resources import CNICacheEntry, HostportRule, Inventory, IptablesChain, Kind
 from nodegc.planning.correlate import correlate
 from nodegc.planning.owners import cni_chain_name
+from nodegc.planning.phases import PhasePolicy, identities, reconcile
 from tests.unit.factories import NET, NOW, OLD, desired, netns, pod_dir, reservation, veth
 
 UIDS = [f"u{i}" for i in range(5)]
@@ -98,7 +100,8 @@ def test_nothing_of_a_live_or_pending_pod_is_residue(
     scenario: tuple[list[Sandbox], list[Pod], dict[str, bool]],
 ) -> None:
     boxes, pods, dirs = scenario
-    findings = correlate(build(boxes, dirs), desired(*pods), now=NOW)
+    inventory = build(boxes, dirs)
+    findings = correlate(inventory, desired(*pods), now=NOW)
     holding = {p.uid for p in pods if p.state is not OwnerState.TERMINAL}
     existing = {p.uid for p in pods}
     claimed_ips = {ip for p in pods if p.state is not OwnerState.TERMINAL for ip in p.pod_ips}
@@ -128,3 +131,8 @@ def test_nothing_of_a_live_or_pending_pod_is_residue(
             assert f.ip not in claimed_ips, f
         if f.cls is FindingClass.IN_USE:
             assert f.owner_state is not OwnerState.ABSENT, f
+    # And the plan: even with the most eager policy (mark on first sight), nothing bound is marked.
+    eager = PhasePolicy(consecutive_scans=1, grace_seconds=0)
+    transitions = reconcile({}, findings, identities(inventory), now=NOW.timestamp(), policy=eager)
+    marked = {t.item.resource_id for t in transitions if t.item.phase is Phase.MARKED}
+    assert not marked & bound, marked & bound
