@@ -73,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="resources younger than this are protected (default: %(default)s)")
     scan.add_argument("--command-timeout", type=float, default=ScanOptions().command_timeout, metavar="SECONDS")
 
-    clean = sub.add_parser("clean", parents=[logs], help="one shot: plan the reclaim of residue, and with --apply do it")
+    clean = sub.add_parser("clean", parents=[logs], help="one shot: plan the reclaim of residue; --apply does it")
     _add_source_flags(clean)
     _add_root_flags(clean)
     _add_engine_flags(clean)
