@@ -16,10 +16,10 @@ from pathlib import Path
 from nodegc.sandbox.node import SandboxError, SandboxNode, namespace_is_private
 
 
-def _scan_argv(node: SandboxNode, snapshot: Path, *extra: str) -> list[str]:
+def _argv(verb: str, node: SandboxNode, snapshot: Path, *extra: str) -> list[str]:
     roots = node.roots
     return [
-        sys.executable, "-m", "nodegc", "scan",
+        sys.executable, "-m", "nodegc", verb,
         "--pods-from", str(snapshot),
         "--node", node.node_name,
         "--kubelet-root", str(roots.kubelet_root),
@@ -72,13 +72,22 @@ def main() -> int:
             f"  {gone_dir.key}: deleted, pod directory left after unmount\n"
             f"  {job.key}: Succeeded, volumes and network not torn down\n"
         )
-        argv = _scan_argv(node, snapshot)
+        argv = _argv("scan", node, snapshot)
         print("$ nodegc scan --pods-from pods.json --min-age 0 <sandbox roots>\n", flush=True)
         result = subprocess.run(argv, timeout=120, check=False)
         print(f"\nexit status {result.returncode} (0 clean, 3 residue or conflicts found)")
-        print("the same report for machines: nodegc scan ... -o json | -o yaml")
+        print("the same report for machines: nodegc scan ... -o json | -o yaml\n")
+
+        state = ["--state-dir", str(node.root / "state")]
+        print("$ nodegc clean --apply <same flags>   (one shot: re-verify, reclaim, confirm)\n", flush=True)
+        cleaned = subprocess.run(_argv("clean", node, snapshot, *state, "--apply"), timeout=300, check=False)
+        print(f"\nexit status {cleaned.returncode} (0 everything reclaimed and confirmed)\n")
+        print("$ nodegc scan <same flags>\n", flush=True)
+        after = subprocess.run(argv, timeout=120, check=False)
+        print(f"\nexit status {after.returncode}; the audit trail: nodegc history --state-dir <dir>")
     print("sandbox node torn down")
-    return 0 if result.returncode in (0, 3) else 1
+    ok = result.returncode in (0, 3) and cleaned.returncode == 0 and after.returncode == 0
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":
