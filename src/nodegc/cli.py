@@ -89,6 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="scans in a row a resource must be orphaned before it is marked (default: 3)")
     agent.add_argument("--grace", type=float, default=120.0, metavar="SECONDS",
                        help="and this long since first seen orphaned (default: 120)")
+    agent.add_argument("--mark-rule", action="append", type=_mark_rule, default=[], metavar="KIND=K,SECONDS",
+                       help="per-kind K and grace, repeatable, e.g. volume_mount=5,600")
     agent.add_argument("--dry-run", action="store_true", help="run every phase but reclaim nothing")
     agent.add_argument("--metrics-address", default="0.0.0.0:9808", metavar="HOST:PORT",
                        help="Prometheus metrics endpoint; empty to disable (default: %(default)s)")
@@ -123,6 +125,16 @@ def _add_engine_flags(p: argparse.ArgumentParser) -> None:
                    help="a desired state older than this is stale: nothing destructive happens")
     g.add_argument("--reclaims-per-minute", type=float, default=600.0)
     g.add_argument("--command-timeout", type=float, default=ScanOptions().command_timeout, metavar="SECONDS")
+
+
+def _mark_rule(text: str) -> tuple[Kind, tuple[int, float]]:
+    try:
+        kind, _, rule = text.partition("=")
+        k, _, grace = rule.partition(",")
+        return Kind(kind), (int(k), float(grace))
+    except ValueError as e:
+        kinds = ", ".join(k.value for k in Kind)
+        raise argparse.ArgumentTypeError(f"expected KIND=K,SECONDS with KIND one of {kinds}: {text!r}") from e
 
 
 def _duration(text: str) -> float:

@@ -149,7 +149,9 @@ def cmd_agent(args: argparse.Namespace) -> int:
     from nodegc.observe.metrics import Metrics
 
     roots = roots_from_args(args)
-    settings = _settings(args, PhasePolicy(consecutive_scans=args.consecutive_scans, grace_seconds=args.grace))
+    phases = PhasePolicy(consecutive_scans=args.consecutive_scans, grace_seconds=args.grace,
+                         per_kind=dict(args.mark_rule))
+    settings = _settings(args, phases)
     executor: Executor = DryRunExecutor() if args.dry_run else HostExecutor(roots, timeout=args.command_timeout)
     metrics = Metrics()
     server = None
