@@ -23,9 +23,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
-from pyroute2 import NetNS
-
 from nodegc.desired.snapshot import SnapshotSource
+from nodegc.inventory.netlinking import RtnlSocket
 from nodegc.inventory.scanning import scan_node
 from nodegc.observe.logs import configure_logging
 from nodegc.planning.correlate import CorrelationPolicy, correlate
@@ -57,8 +56,11 @@ def bare_reads(node: SandboxNode) -> None:
         for entry in os.scandir(d):
             if entry.is_dir(follow_symlinks=False):
                 os.listdir(entry.path)
-    with NetNS(str(roots.net_ns), flags=0) as ipr:
-        ipr.get_links()
+    sock = RtnlSocket.open(roots.net_ns)  # the same netlink path the scan uses, so both pay alike
+    try:
+        sock.dump_links()
+    finally:
+        sock.close()
     subprocess.run(["nsenter", f"--net={roots.net_ns}", "iptables-save"], capture_output=True, check=True,
                    timeout=60)
 

@@ -143,11 +143,17 @@ def tokenize(line: str) -> list[str]:
 
 def _chains_of(table: _Table, skipped: list[str]) -> list[IptablesChain]:
     out: list[IptablesChain] = []
+    by_chain: dict[str, list[_Rule]] = {}
+    by_target: dict[str, list[_Rule]] = {}
+    for r in table.rules:  # indexed once: a node has thousands of chains and rules
+        by_chain.setdefault(r.chain, []).append(r)
+        if r.target is not None and r.target != r.chain:
+            by_target.setdefault(r.target, []).append(r)
     for name in table.chains:
         if not PER_CONTAINER_CHAIN.match(name):
             continue
-        rules = [r for r in table.rules if r.chain == name]
-        jumps = [r for r in table.rules if r.chain != name and r.target == name]
+        rules = by_chain.get(name, [])
+        jumps = by_target.get(name, [])
         owners = {r.owner for r in rules if r.owner} or {r.owner for r in jumps if r.owner}
         owner: tuple[str, str] | None = None
         if len(owners) == 1:

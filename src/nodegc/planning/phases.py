@@ -105,7 +105,9 @@ def identity_of(resource: Resource) -> Identity:
         case PodDir():
             return (("inode", str(resource.inode)),)
         case VolumeDir():
-            return (("mount_id", str(resource.mount_id)),)
+            # Mount ids are recycled lowest-free-first; the filesystem type and source narrow a reuse.
+            return (("mount_id", str(resource.mount_id)), ("fs_type", resource.fs_type or ""),
+                    ("source", resource.source or ""))
 
 
 def identities(inv: Inventory) -> dict[str, Identity]:
