@@ -86,11 +86,17 @@ def test_remount_at_the_same_path_is_changed_and_left_mounted(sandbox_node: Sand
     volume = _mounted_volumes(_pod_dir(node, pod))[0]
     path = Path(volume.path)
     subprocess.run(["umount", str(path)], check=True, timeout=10)
-    # Mount ids are recycled lowest-free-first: park the freed id elsewhere so the new mount gets another.
-    parking = node.root / "parking"
-    parking.mkdir()
-    _mount("-t", "tmpfs", "tmpfs", str(parking))
-    _mount("-t", "tmpfs", "tmpfs", str(path))  # a new mount: another id at the same place
+    # Mount ids are recycled (lowest free, freed lazily): park ids elsewhere until the new mount at the
+    # same place gets another one, which is what this test is about.
+    for attempt in range(50):
+        _mount("-t", "tmpfs", "tmpfs", str(path))
+        if _top_id(path) != volume.mount_id:
+            break
+        subprocess.run(["umount", str(path)], check=True, timeout=10)
+        parking = node.root / f"parking-{attempt}"
+        parking.mkdir()
+        _mount("-t", "tmpfs", "tmpfs", str(parking))
+    assert _top_id(path) != volume.mount_id
     out = unmount_volume(volume)
     assert out.identity_changed and not out.ok, out
     assert is_mounted(path)
