@@ -15,6 +15,8 @@ from typing import Any
 from nodegc.model.pods import Pod
 
 DEFAULT_NAMESPACE = "default"
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+HASH_ANNOTATION = "kubernetes.io/config.hash"
 
 
 def pod_from_object(obj: Mapping[str, Any]) -> Pod:
@@ -40,6 +42,11 @@ def pod_from_object(obj: Mapping[str, Any]) -> Pod:
         raise ValueError(f"pod {namespace}/{name}: spec.hostNetwork is not a boolean")
 
     label = f"{namespace}/{name}"
+    annotations = meta.get("annotations") or {}
+    if not isinstance(annotations, Mapping):
+        raise ValueError(f"pod {label}: metadata.annotations is not an object")
+    # A static pod's directory and CNI args use the kubelet's config hash, not the mirror pod's uid.
+    static_uid = annotations.get(MIRROR_ANNOTATION) or annotations.get(HASH_ANNOTATION)
     return Pod(
         uid=uid,
         namespace=namespace,
@@ -50,6 +57,7 @@ def pod_from_object(obj: Mapping[str, Any]) -> Pod:
         host_network=host_network,
         created_at=_timestamp(meta.get("creationTimestamp"), f"pod {label}: metadata.creationTimestamp"),
         deleting=meta.get("deletionTimestamp") is not None,
+        static_uid=static_uid if isinstance(static_uid, str) and static_uid and static_uid != uid else None,
     )
 
 

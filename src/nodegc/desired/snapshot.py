@@ -31,7 +31,14 @@ class SnapshotSource:
         self._clock = clock
 
     def fetch(self) -> DesiredState:
+        # A snapshot is as fresh as the file, not as the read: a day-old file must look a day old to
+        # the engine's staleness guard, or every pod created since would look like residue.
         fetched_at = self._clock()
+        try:
+            written = datetime.fromtimestamp(self.path.stat().st_mtime, UTC)
+        except OSError as e:
+            raise SourceError(f"{self.path}: cannot read: {e.strerror or e}") from e
+        fetched_at = min(fetched_at, written)
         objects = list(_pod_objects(_load(self.path), self.path))
         pods: list[Pod] = []
         for index, obj in enumerate(objects):
@@ -45,7 +52,8 @@ class SnapshotSource:
 
 
     def get_pod(self, namespace: str, name: str) -> Pod | None:
-        """Re-reads the file: a snapshot that changed since the scan is what the next read must see."""
+        """Re-reads the file: the freshest a snapshot can be. It is not a live read, which is why the
+        engine only acts on a snapshot younger than its staleness limit."""
         for pod in self.fetch().pods:
             if pod.namespace == namespace and pod.name == name:
                 return pod

@@ -118,6 +118,8 @@ class Engine:
         self.metrics: MetricsSink = metrics or NullMetrics()
         self.clock = clock
         self.scanner = scanner
+        self.node: str | None = None
+        """The node the desired state is about, learned from the first fetch."""
         self.bucket = TokenBucket(per_minute=self.settings.reclaims_per_minute, burst=self.settings.reclaim_burst,
                                   clock=clock)
 
@@ -157,6 +159,7 @@ class Engine:
         except SourceError as e:
             self._block(report, "source_unavailable", f"desired state unavailable: {e}")
             return None
+        self.node = desired.node
         age = self.clock() - desired.fetched_at.timestamp()
         self.metrics.desired_age(max(age, 0.0))
         if age > self.settings.max_desired_age_seconds:
@@ -192,31 +195,42 @@ class Engine:
         by_key = {f"{f.kind.value}:{f.id}": f for f in findings}
         current = resources(inventory)
         verified: list[tuple[Item, Resource]] = []
+        unreadable = frozenset(p.kind for p in inventory.problems)
+        groups: dict[str, list[Item]] = {}
         for item in sorted(candidates, key=lambda i: (_KIND_ORDER[i.kind], i.key)):
-            if item.phase is Phase.TERMINATING and item.key not in current:
-                # A crash came after the side effect and before its record: the step is done.
-                self._persist([after_attempt(item, ok=True, changed=False, lazy=False, now=now,
-                                             detail="gone: the step completed before a restart",
-                                             policy=self.settings.phases)], now)
+            groups.setdefault(_group(item), []).append(item)
+        for members in groups.values():
+            passed: list[tuple[Item, Resource]] = []
+            for item in members:
+                if item.phase is Phase.TERMINATING and item.key not in current and item.kind not in unreadable:
+                    # A crash came after the side effect and before its record: the step is done.
+                    self._persist([after_attempt(item, ok=True, changed=False, lazy=False, now=now,
+                                                 detail="gone: the step completed before a restart",
+                                                 policy=self.settings.phases)], now)
+                    continue
+                doubt = self._doubt(item, by_key.get(item.key), current.get(item.key))
+                if doubt is None:
+                    try:
+                        doubt = self._owner_doubt(item)
+                    except SourceError as e:
+                        self._block(report, "source_unavailable", f"live GET failed, nothing proceeds: {e}")
+                        return self._checkpoint(_by_kind(verified), now)
+                if doubt:
+                    self._persist([back_to_detect(item, f"re-verification: {doubt}", now)], now)
+                    report.sent_back.append((item, doubt))
+                    self.metrics.blocked("reverification")
+                    log.info("sent back to detect", item=item.key, reason=doubt)
+                    continue
+                passed.append((item, current[item.key]))
+            if not passed:
                 continue
-            doubt = self._doubt(item, by_key.get(item.key), current.get(item.key))
-            if doubt is None:
-                try:
-                    doubt = self._owner_doubt(item)
-                except SourceError as e:
-                    self._block(report, "source_unavailable", f"live GET failed, nothing proceeds: {e}")
-                    return self._checkpoint(verified, now)
-            if doubt:
-                self._persist([back_to_detect(item, f"re-verification: {doubt}", now)], now)
-                report.sent_back.append((item, doubt))
-                self.metrics.blocked("reverification")
-                log.info("sent back to detect", item=item.key, reason=doubt)
-                continue
-            if not self.bucket.take():
+            # One sandbox (or pod) goes whole or waits whole: a split would remove the evidence (the
+            # cache entry) that ties its other leftovers to the dead pod.
+            if not self.bucket.take(len(passed)):
                 self._block(report, "rate_limit", "global reclaim rate reached; the rest waits")
                 break
-            verified.append((item, current[item.key]))
-        return self._checkpoint(verified, now)
+            verified += passed
+        return self._checkpoint(_by_kind(verified), now)
 
     def _doubt(self, item: Item, finding: Finding | None, resource: Resource | None) -> str | None:
         if resource is None or finding is None:
@@ -236,8 +250,10 @@ class Engine:
         if pod is None:
             return None
         if item.owner_uid is None:
+            if pod.node_name and self.node and pod.node_name != self.node:
+                return None  # that name now runs on another node: it cannot be using this node's leftovers
             return f"a pod named {item.owner_namespace}/{item.owner_name} exists and no UID tells it apart"
-        if pod.uid != item.owner_uid:
+        if item.owner_uid not in (pod.uid, pod.static_uid):
             return None  # a newer incarnation under the same name: not the owner
         if item.kind is Kind.POD_DIR:
             return "the owner pod still exists; the kubelet keeps its directory"
@@ -319,6 +335,14 @@ class Engine:
             key = (item.kind.value, item.phase.value)
             counts[key] = counts.get(key, 0) + 1
         self.metrics.items(counts)
+
+
+def _group(item: Item) -> str:
+    return item.container_id or item.owner_uid or item.key
+
+
+def _by_kind(verified: list[tuple[Item, Resource]]) -> list[tuple[Item, Resource]]:
+    return sorted(verified, key=lambda pair: (_KIND_ORDER[pair[0].kind], pair[0].key))
 
 
 _KIND_ORDER = {kind: i for i, kind in enumerate((

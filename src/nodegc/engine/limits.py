@@ -13,11 +13,14 @@ class TokenBucket:
         self.clock = clock
         self.stamp = clock()
 
-    def take(self) -> bool:
+    def take(self, n: int = 1) -> bool:
+        """Take n tokens at once; a group larger than the burst passes when the bucket is full, so a
+        sandbox is never split across cycles by the rate limit."""
         now = self.clock()
         self.tokens = min(self.burst, self.tokens + (now - self.stamp) * self.rate)
         self.stamp = now
-        if self.tokens >= 1.0:
-            self.tokens -= 1.0
+        need = min(float(n), self.burst)
+        if self.tokens >= need:
+            self.tokens -= need
             return True
         return False

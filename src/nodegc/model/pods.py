@@ -29,6 +29,9 @@ class Pod:
     host_network: bool = False
     created_at: datetime | None = None
     deleting: bool = False
+    static_uid: str | None = None
+    """For a static pod's mirror: the kubelet's config hash, which is the UID its directory and CNI
+    args carry on the node (kubernetes.io/config.mirror)."""
 
     @property
     def state(self) -> OwnerState:

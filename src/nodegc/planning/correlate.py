@@ -29,6 +29,7 @@ from nodegc.planning.owners import (
     CacheIndex,
     PodIndex,
     Resolution,
+    netns_key,
     normalize_ip,
     resolve_cache_owner,
 )
@@ -277,9 +278,24 @@ class _Correlator:
                 return f"{ip} of this sandbox is claimed by live pod {names}"
         return None
 
+    def _shared_netns(self, entry: CNICacheEntry, owner_uid: str | None) -> str | None:
+        """A dead entry naming the namespace a holding entry also names: its DEL would run in a live pod."""
+        key = netns_key(entry.netns)
+        if key is None:
+            return None
+        for other in self.cache.by_netns.get(key, []):
+            if other is entry:
+                continue
+            res = resolve_cache_owner(other, self.pods)
+            if res.state in _HOLDING and res.owner.uid != owner_uid:
+                return f"its netns {entry.netns} is also named by {res.owner.label()}'s sandbox"
+        return None
+
     def _cache_entry(self, entry: CNICacheEntry) -> None:
         res = resolve_cache_owner(entry, self.pods)
-        conflict = self._claimed_elsewhere(entry.ips, res.owner.uid) if res.state in _GONE else None
+        conflict = None
+        if res.state in _GONE:
+            conflict = self._claimed_elsewhere(entry.ips, res.owner.uid) or self._shared_netns(entry, res.owner.uid)
         if conflict:
             self._add(Finding(FindingClass.CONFLICT, Kind.CNI_CACHE, entry.path, res.owner, res.state,
                               (*res.evidence, conflict), netns=entry.netns, ip=entry.ips[0] if entry.ips else None))

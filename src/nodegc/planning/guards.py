@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from nodegc.model.findings import Finding, FindingClass
-from nodegc.model.pods import DesiredState
+from nodegc.model.pods import DesiredState, OwnerState
 from nodegc.model.resources import Kind
 
 
@@ -34,6 +34,12 @@ def blast_radius_refusal(findings: Sequence[Finding], desired: DesiredState, pol
         if busy:
             return (f"the desired state lists no pods for node {desired.node} while {busy} pod directories and"
                     " attachments exist: refusing to treat them all as residue")
+    listed = [p for p in desired.pods if p.state is not OwnerState.TERMINAL]
+    if listed and not policy.allow_empty_desired and not any(f.cls is FindingClass.IN_USE for f in findings):
+        busy = sum(1 for f in findings if f.kind in _NODE_KINDS)
+        if busy:
+            return (f"none of the {len(listed)} pods the desired state lists for node {desired.node} is found on"
+                    f" this node, while {busy} pod directories and attachments exist: wrong node name?")
     orphaned = {f.group_key for f in findings if f.cls.is_residue}
     holding = {f.group_key for f in findings if f.cls in (FindingClass.IN_USE, FindingClass.PROTECTED)}
     total = len(orphaned | holding)

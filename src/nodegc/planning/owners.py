@@ -34,10 +34,15 @@ def normalize_ip(text: str) -> str | None:
 
 
 def netns_key(path: str | None) -> str | None:
-    """Runtimes name the same namespace as /var/run/netns/x or /run/netns/x; the file name is the key."""
+    """Runtimes name the same namespace as /var/run/netns/x or /run/netns/x; the file name is the key.
+    Any other path (e.g. /proc/<pid>/ns/net, whose file name says nothing) keys by the full path."""
     if not path:
         return None
-    return path.rstrip("/").rsplit("/", 1)[-1] or None
+    path = path.rstrip("/")
+    head, _, name = path.rpartition("/")
+    if not name:
+        return None
+    return name if head.endswith("/netns") else path
 
 
 @dataclass(frozen=True)
@@ -66,6 +71,8 @@ class PodIndex:
         index = cls()
         for pod in desired.pods:
             index.by_uid[pod.uid] = pod
+            if pod.static_uid:
+                index.by_uid.setdefault(pod.static_uid, pod)
             index.by_name[(pod.namespace, pod.name)].append(pod)
             if pod.host_network:
                 continue
@@ -84,8 +91,10 @@ class PodIndex:
         pod = self.by_uid.get(uid)
         if pod is None:
             return Resolution(Owner(uid=uid), OwnerState.ABSENT, (f"no pod with uid {uid} on this node",), None)
-        owner = Owner(uid=pod.uid, namespace=pod.namespace, name=pod.name)
-        return Resolution(owner, pod.state, (f"pod {pod.namespace}/{pod.name} uid {uid} is {pod.phase}",), pod)
+        # The owner keeps the UID the node knows (a static pod's config hash), so the engine compares alike.
+        owner = Owner(uid=uid, namespace=pod.namespace, name=pod.name)
+        what = "static pod mirror" if uid != pod.uid else "pod"
+        return Resolution(owner, pod.state, (f"{what} {pod.namespace}/{pod.name} uid {uid} is {pod.phase}",), pod)
 
 
 @dataclass

@@ -59,7 +59,7 @@ def cni_del(entry: CNICacheEntry, *, roots: Roots, timeout: float = 30.0, keep_c
     env = plugin_env(
         command="DEL",
         container_id=entry.container_id,
-        netns=entry.netns or "",
+        netns=_netns_for_del(entry, roots),
         ifname=entry.ifname,
         cni_args=entry.cni_args,
         cni_path=roots.cni_bin_dirs,
@@ -85,6 +85,24 @@ def cni_del(entry: CNICacheEntry, *, roots: Roots, timeout: float = 30.0, keep_c
     if keep_cache:
         return Outcome.done("CNI DEL done; cache entry kept until the sandbox's other leftovers are gone")
     return remove_cache_entry(entry)
+
+
+def _netns_for_del(entry: CNICacheEntry, roots: Roots) -> str:
+    """The plugins enter CNI_NETNS and delete the interface there, so only a namespace file of this
+    node's netns directory (as nodegc sees it) is passed on. Anything else, a /proc/<pid>/ns/net path
+    whose pid may be reused by now above all, becomes "": DEL then skips the interface, and the netns
+    executor deals with the namespace."""
+    if not entry.netns:
+        return ""
+    head, _, name = entry.netns.rstrip("/").rpartition("/")
+    if not name or not head.endswith("/netns") or name in (".", ".."):
+        return ""
+    candidate = roots.netns_dir / name
+    try:
+        st = os.lstat(candidate)
+    except OSError:
+        return ""
+    return str(candidate) if stat.S_ISREG(st.st_mode) else ""
 
 
 class _Gone(Exception):

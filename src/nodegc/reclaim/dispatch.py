@@ -76,63 +76,106 @@ class HostExecutor:
     unmount_timeout: float = 10.0
 
     def execute(self, batch: Batch, *, on_outcome: OnOutcome) -> None:
-        from nodegc.reclaim.cni_del import remove_cache_entry
-        from nodegc.reclaim.filesystem import remove_pod_dir
-        from nodegc.reclaim.network import cni_del, delete_veth, release_ip, remove_netns, remove_rules
-        from nodegc.reclaim.unmounting import unmount_volume
+        _HostRun(self, on_outcome).run(batch)
 
-        rule_items = [(i, r) for i, r in batch if isinstance(r, IptablesChain | HostportRule)]
+
+class _HostRun:
+    """One batch. A sandbox's items share a fate: when its CNI DEL fails, the rest of it waits (the DEL may
+    still need it), and its cache entry, the evidence tying the rest to the dead pod, goes last and only
+    once everything else of that sandbox is gone."""
+
+    def __init__(self, executor: HostExecutor, on_outcome: OnOutcome) -> None:
+        self.x = executor
+        self.on_outcome = on_outcome
+        self.failed_del: set[str] = set()
+        self.results: dict[str, list[bool]] = {}
+        self.deleted: list[tuple[Item, CNICacheEntry]] = []
+
+    def report(self, item: Item, outcome: Outcome) -> None:
+        if item.container_id:
+            self.results.setdefault(item.container_id, []).append(outcome.ok)
+        self.on_outcome(item, outcome)
+
+    def held(self, item: Item) -> bool:
+        if item.container_id in self.failed_del:
+            self.report(item, Outcome.failed("CNI DEL of this sandbox failed; kept until it succeeds"))
+            return True
+        return False
+
+    def run(self, batch: Batch) -> None:
         rules_done = False
-        deleted: list[tuple[Item, CNICacheEntry, Outcome]] = []
         for item, resource in batch:
-            kind = item.kind.value
             if isinstance(resource, IptablesChain | HostportRule):
                 if not rules_done:
                     rules_done = True
-                    self._rules(rule_items, on_outcome, remove_rules)
+                    self.rules([(i, r) for i, r in batch
+                                if isinstance(r, IptablesChain | HostportRule) and not self.held(i)])
                 continue
-            fault_point(f"before_clean:{kind}")
-            outcome: Outcome
-            match resource:
-                case CNICacheEntry():
-                    # DEL now; the cache file, the evidence tying netns and chains to the pod, goes last.
-                    outcome = cni_del(resource, roots=self.roots, timeout=self.timeout, keep_cache=True)
-                    fault_point("after_del:cni_cache")
-                    if outcome.ok and not outcome.already_gone:
-                        deleted.append((item, resource, outcome))
-                        continue
-                case IPReservation():
-                    outcome = release_ip(resource, roots=self.roots)
-                case VethLink():
-                    outcome = delete_veth(resource, net_ns=self.roots.net_ns)
-                case NetnsEntry():
-                    outcome = remove_netns(resource)
-                case VolumeDir():
-                    outcome = unmount_volume(resource, proc_root=self.roots.proc_root, timeout=self.unmount_timeout)
-                case PodDir():
-                    outcome = remove_pod_dir(resource, kubelet_root=self.roots.kubelet_root,
-                                             proc_root=self.roots.proc_root)
-            fault_point(f"after_clean:{kind}")
-            on_outcome(item, outcome)
-        for item, entry, _ in deleted:
-            fault_point("before_clean:cni_cache_file")
-            outcome = remove_cache_entry(entry)
-            fault_point("after_clean:cni_cache")
-            on_outcome(item, outcome)
+            if isinstance(resource, CNICacheEntry):
+                self.cni_del(item, resource)
+            elif not self.held(item):
+                fault_point(f"before_clean:{item.kind.value}")
+                outcome = self.reclaim(resource)
+                fault_point(f"after_clean:{item.kind.value}")
+                self.report(item, outcome)
+        self.cache_files()
 
-    def _rules(
-        self,
-        items: Sequence[tuple[Item, Resource]],
-        on_outcome: OnOutcome,
-        remove_rules: Callable[..., dict[str, Outcome]],
-    ) -> None:
+    def cni_del(self, item: Item, entry: CNICacheEntry) -> None:
+        from nodegc.reclaim.network import cni_del
+
+        fault_point("before_clean:cni_cache")
+        outcome = cni_del(entry, roots=self.x.roots, timeout=self.x.timeout, keep_cache=True)
+        fault_point("after_del:cni_cache")
+        if outcome.ok and not outcome.already_gone:
+            self.deleted.append((item, entry))
+            return
+        if not outcome.ok and item.container_id:
+            self.failed_del.add(item.container_id)
+        self.on_outcome(item, outcome)
+
+    def reclaim(self, resource: Resource) -> Outcome:
+        from nodegc.reclaim.filesystem import remove_pod_dir
+        from nodegc.reclaim.network import delete_veth, release_ip, remove_netns
+        from nodegc.reclaim.unmounting import unmount_volume
+
+        roots = self.x.roots
+        match resource:
+            case IPReservation():
+                return release_ip(resource, roots=roots)
+            case VethLink():
+                return delete_veth(resource, net_ns=roots.net_ns)
+            case NetnsEntry():
+                return remove_netns(resource)
+            case VolumeDir():
+                return unmount_volume(resource, proc_root=roots.proc_root, timeout=self.x.unmount_timeout)
+            case PodDir():
+                return remove_pod_dir(resource, kubelet_root=roots.kubelet_root, proc_root=roots.proc_root)
+        return Outcome.failed(f"no executor for {type(resource).__name__}")
+
+    def rules(self, items: Sequence[tuple[Item, Resource]]) -> None:
         """All chains and hostport rules of one cycle go through one iptables-restore per family."""
+        from nodegc.reclaim.network import remove_rules
+
+        if not items:
+            return
         chains = [r for _, r in items if isinstance(r, IptablesChain)]
         rules = [r for _, r in items if isinstance(r, HostportRule)]
         fault_point("before_clean:iptables")
-        outcomes = remove_rules(chains, rules, net_ns=self.roots.net_ns, timeout=self.timeout)
+        outcomes = remove_rules(chains, rules, net_ns=self.x.roots.net_ns, timeout=self.x.timeout)
         fault_point("after_clean:iptables")
         for item, resource in items:
-            key = resource.name if isinstance(resource, IptablesChain) else resource.rule  # type: ignore[union-attr]
-            on_outcome(item, outcomes.get(key, Outcome.failed("no outcome reported for it")))
+            key = resource.name if isinstance(resource, IptablesChain) else getattr(resource, "rule", "")
+            self.report(item, outcomes.get(key, Outcome.failed("no outcome reported for it")))
 
+    def cache_files(self) -> None:
+        from nodegc.reclaim.cni_del import remove_cache_entry
+
+        for item, entry in self.deleted:
+            if not all(self.results.get(entry.container_id, [])):
+                self.on_outcome(item, Outcome.failed(
+                    "CNI DEL done; cache entry kept until the sandbox's other leftovers are gone"))
+                continue
+            fault_point("before_clean:cni_cache_file")
+            outcome = remove_cache_entry(entry)
+            fault_point("after_clean:cni_cache")
+            self.on_outcome(item, outcome)

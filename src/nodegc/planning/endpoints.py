@@ -1,0 +1,234 @@
+"""Stale EndpointSlice endpoints: an endpoint whose pod is gone, replaced, finished, or moved off the address.
+
+Pure: slices and pods come in as data, findings go out. Every predicate is named so that a missing or
+doubtful value keeps the endpoint: an endpoint without a Pod targetRef, in a namespace whose pods were not
+listed completely, or whose pod has no address of that family yet (the creation race) is never stale.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from nodegc.model.endpoints import (
+    MANAGED_BY_LABEL,
+    SERVICE_NAME_LABEL,
+    Endpoint,
+    Slice,
+    StaleAction,
+    StaleEndpoint,
+    StaleReason,
+    TargetRef,
+)
+from nodegc.model.pods import OwnerState, Pod
+
+IP_ADDRESS_TYPES = frozenset({"IPv4", "IPv6"})
+
+
+# ------------------------------------------------------------------------------------------- parsing
+
+
+def slice_from_object(obj: Mapping[str, Any]) -> Slice:
+    """Raise ValueError when the slice's identity or endpoint list is not what the API defines.
+
+    A slice we cannot read exactly is skipped whole by the caller: removing endpoints from a list we
+    misread could drop a live one.
+    """
+    if not isinstance(obj, Mapping):
+        raise ValueError(f"endpointslice is a {type(obj).__name__}, not an object")
+    meta = _section(obj, "metadata", "endpointslice")
+    name = _opt_str(meta, "name", "endpointslice metadata")
+    namespace = _opt_str(meta, "namespace", "endpointslice metadata")
+    if not name or not namespace:
+        raise ValueError("endpointslice has no metadata.name or metadata.namespace")
+    label = f"endpointslice {namespace}/{name}"
+    labels = meta.get("labels") or {}
+    if not isinstance(labels, Mapping):
+        raise ValueError(f"{label}: metadata.labels is not an object")
+    raw_endpoints = obj.get("endpoints")
+    if raw_endpoints is None:
+        raw_endpoints = []
+    if not isinstance(raw_endpoints, list):
+        raise ValueError(f"{label}: endpoints is not a list")
+    endpoints = tuple(_endpoint(raw, f"{label} endpoint #{i}") for i, raw in enumerate(raw_endpoints))
+    managed_by = labels.get(MANAGED_BY_LABEL)
+    service = labels.get(SERVICE_NAME_LABEL)
+    return Slice(
+        namespace=namespace,
+        name=name,
+        resource_version=_opt_str(meta, "resourceVersion", label) or None,
+        address_type=_opt_str(obj, "addressType", label) or None,
+        endpoints=endpoints,
+        managed_by=managed_by if isinstance(managed_by, str) and managed_by else None,
+        service_name=service if isinstance(service, str) and service else None,
+        uid=_opt_str(meta, "uid", label) or None,
+    )
+
+
+def _endpoint(raw: object, label: str) -> Endpoint:
+    if not isinstance(raw, Mapping):
+        raise ValueError(f"{label} is not an object")
+    addresses = raw.get("addresses") or []
+    if not isinstance(addresses, list) or not all(isinstance(a, str) for a in addresses):
+        raise ValueError(f"{label}: addresses is not a list of strings")
+    ref_raw = raw.get("targetRef")
+    ref: TargetRef | None = None
+    if ref_raw is not None:
+        if not isinstance(ref_raw, Mapping):
+            raise ValueError(f"{label}: targetRef is not an object")
+        ref = TargetRef(
+            kind=_opt_str(ref_raw, "kind", label) or None,
+            namespace=_opt_str(ref_raw, "namespace", label) or None,
+            name=_opt_str(ref_raw, "name", label) or None,
+            uid=_opt_str(ref_raw, "uid", label) or None,
+        )
+    return Endpoint(addresses=tuple(addresses), target_ref=ref,
+                    node_name=_opt_str(raw, "nodeName", label) or None)
+
+
+def _section(obj: Mapping[str, Any], key: str, what: str) -> Mapping[str, Any]:
+    value = obj.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ValueError(f"{what} {key} is not an object")
+    return value
+
+
+def _opt_str(section: Mapping[str, Any], key: str, what: str) -> str | None:
+    value = section.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ValueError(f"{what}: {key} is a {type(value).__name__}, not a string")
+    return value
+
+
+# ------------------------------------------------------------------------------------------- pods
+
+
+@dataclass(frozen=True)
+class PodIndex:
+    """The pods the planner may trust, and the namespaces in which their absence means something.
+
+    `known_namespaces=None` says the list covers every namespace; `unknown_namespaces` are excluded even
+    then (a pod there could not be read). A (namespace, name) listed twice is ambiguous and proves nothing.
+    """
+
+    pods: Mapping[tuple[str, str], Pod]
+    known_namespaces: frozenset[str] | None = None
+    unknown_namespaces: frozenset[str] = frozenset()
+    ambiguous: frozenset[tuple[str, str]] = field(default_factory=frozenset)
+
+    @classmethod
+    def build(
+        cls,
+        pods: Iterable[Pod],
+        *,
+        known_namespaces: Collection[str] | None = None,
+        unknown_namespaces: Collection[str] = (),
+    ) -> PodIndex:
+        by_key: dict[tuple[str, str], Pod] = {}
+        twice: set[tuple[str, str]] = set()
+        for pod in pods:
+            key = (pod.namespace, pod.name)
+            if key in by_key:
+                twice.add(key)
+            by_key[key] = pod
+        return cls(
+            pods=by_key,
+            known_namespaces=None if known_namespaces is None else frozenset(known_namespaces),
+            unknown_namespaces=frozenset(unknown_namespaces),
+            ambiguous=frozenset(twice),
+        )
+
+    def covers(self, namespace: str) -> bool:
+        if namespace in self.unknown_namespaces:
+            return False
+        return self.known_namespaces is None or namespace in self.known_namespaces
+
+
+# ------------------------------------------------------------------------------------------- planning
+
+
+def find_stale(slices: Iterable[Slice], pods: PodIndex) -> tuple[StaleEndpoint, ...]:
+    return tuple(stale for s in slices for stale in stale_in_slice(s, pods))
+
+
+def stale_in_slice(slice_: Slice, pods: PodIndex) -> tuple[StaleEndpoint, ...]:
+    action = StaleAction.REPORT if slice_.controller_managed else StaleAction.REMOVE
+    found: list[StaleEndpoint] = []
+    for index, endpoint in enumerate(slice_.endpoints):
+        verdict = staleness(endpoint, slice_namespace=slice_.namespace, address_type=slice_.address_type,
+                            pods=pods)
+        if verdict is None:
+            continue
+        reason, detail = verdict
+        found.append(StaleEndpoint(
+            slice_namespace=slice_.namespace, slice_name=slice_.name, index=index, endpoint=endpoint,
+            reason=reason, detail=detail, action=action, managed_by=slice_.managed_by,
+            service_name=slice_.service_name,
+        ))
+    return tuple(found)
+
+
+def staleness(
+    endpoint: Endpoint, *, slice_namespace: str, address_type: str | None, pods: PodIndex
+) -> tuple[StaleReason, str] | None:
+    """None keeps the endpoint; a reason is returned only with evidence for it."""
+    ref = endpoint.target_ref
+    if ref is None or ref.kind != "Pod" or not ref.name:
+        return None
+    namespace = ref.namespace or slice_namespace
+    key = (namespace, ref.name)
+    if not pods.covers(namespace) or key in pods.ambiguous:
+        return None
+    pod = pods.pods.get(key)
+    if pod is None:
+        return StaleReason.POD_MISSING, f"pod {namespace}/{ref.name} does not exist"
+    if ref.uid and pod.uid != ref.uid:
+        return StaleReason.UID_CHANGED, (
+            f"pod {namespace}/{ref.name} has uid {pod.uid}, the endpoint names uid {ref.uid}"
+        )
+    if pod.state is OwnerState.TERMINAL:
+        return StaleReason.POD_TERMINAL, f"pod {namespace}/{ref.name} is {pod.phase}"
+    if address_type in IP_ADDRESS_TYPES and addresses_not_held(endpoint.addresses, pod):
+        return StaleReason.ADDRESS_NOT_HELD, (
+            f"pod {namespace}/{ref.name} holds {', '.join(pod.pod_ips)}, "
+            f"not {', '.join(endpoint.addresses)}"
+        )
+    return None
+
+
+def addresses_not_held(addresses: Sequence[str], pod: Pod) -> bool:
+    """True only when the pod's status lists addresses of the endpoint's family and none is the endpoint's.
+
+    A pod without an address of that family yet (pending, or a status not yet written) proves nothing.
+    An endpoint address that is not an IP is left to whoever wrote it.
+    """
+    if not addresses:
+        return False
+    held = [ip for ip in map(_ip, pod.pod_ips) if ip is not None]
+    for raw in addresses:
+        address = _ip(raw)
+        if address is None:
+            return False
+        same_family = [ip for ip in held if ip.version == address.version]
+        if not same_family or address in same_family:
+            return False
+    return True
+
+
+def _ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        return ipaddress.ip_address(text.strip())
+    except ValueError:
+        return None
+
+
+def remaining_endpoints(raw_endpoints: Sequence[Any], stale: Iterable[StaleEndpoint]) -> list[Any]:
+    """The endpoints as the API sent them (every field kept), less the stale ones of that same list."""
+    drop = {s.index for s in stale}
+    return [raw for i, raw in enumerate(raw_endpoints) if i not in drop]
