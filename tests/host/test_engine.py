@@ -87,8 +87,9 @@ def test_agent_waits_for_k_scans_and_grace(sandbox_node: SandboxNode, tmp_path: 
     node.add_pod("live")
     node.delete_without_cni_del(node.add_pod("gone"))
     clock = [datetime.now(UTC).timestamp()]
+    # The clock is simulated; the snapshot file's age is real, so staleness is not what this test is about.
     settings = EngineSettings(phases=PhasePolicy(consecutive_scans=3, grace_seconds=100),
-                              correlation=CorrelationPolicy(min_age_seconds=0))
+                              correlation=CorrelationPolicy(min_age_seconds=0), max_desired_age_seconds=1e6)
     with Ledger(tmp_path / "ledger.db") as ledger:
         source = SnapshotSource(node.write_snapshot(node.root / "pods.json"), node.node_name,
                                 clock=lambda: datetime.fromtimestamp(clock[0], UTC))

@@ -72,27 +72,7 @@ class KubeSource:
 
     def get_pod(self, namespace: str, name: str) -> Pod | None:
         """A live GET of one pod: the terminate phase's fresh read, never the list or a cache."""
-        client = self._get_client()
-        what = f"getting pod {namespace}/{name}"
-        try:
-            obj = client.get(PodResource, name=name, namespace=namespace)
-        except lightkube.ApiError as e:
-            code = e.status.code if e.status.code is not None else e.response.status_code
-            if code == 404:
-                return None
-            raise SourceError(f"{what} failed: HTTP {code} {e.status.reason or e.response.reason_phrase}") from e
-        except httpx2.HTTPStatusError as e:
-            if e.response.status_code == 404:
-                return None
-            raise SourceError(f"{what} failed: HTTP {e.response.status_code} {e.response.reason_phrase}") from e
-        except httpx2.HTTPError as e:
-            raise SourceError(f"{what} failed: {type(e).__name__}: {e}") from e
-        except (MsgspecError, ValueError) as e:
-            raise SourceError(f"{what}: malformed API response: {e}") from e
-        try:
-            return pod_from_object(obj.to_dict())
-        except ValueError as e:
-            raise SourceError(f"{what}: the pod cannot be identified: {e}") from e
+        return get_pod_live(self._get_client(), namespace, name)
 
     def close(self) -> None:
         if self._client is not None and self._owns_client:
@@ -106,58 +86,98 @@ class KubeSource:
         self.close()
 
     def _list(self, client: lightkube.Client) -> list[dict[str, Any]]:
-        try:
-            items = client.list(
-                PodResource,
-                namespace=lightkube.ALL_NS,
-                chunk_size=CHUNK_SIZE,
-                fields={"spec.nodeName": self.node},
-            )
-            return [item.to_dict() for item in items]
-        except lightkube.ApiError as e:
-            status = e.status
-            code = status.code if status.code is not None else e.response.status_code
-            reason = status.reason or e.response.reason_phrase
-            raise SourceError(f"listing pods of node {self.node} failed: HTTP {code} {reason}") from e
-        except httpx2.HTTPStatusError as e:
-            response = e.response
-            raise SourceError(
-                f"listing pods of node {self.node} failed: "
-                f"HTTP {response.status_code} {response.reason_phrase}"
-            ) from e
-        except httpx2.TimeoutException as e:
-            raise SourceError(
-                f"listing pods of node {self.node} timed out after {self._timeout:g}s ({type(e).__name__})"
-            ) from e
-        except httpx2.HTTPError as e:
-            raise SourceError(f"listing pods of node {self.node} failed: {type(e).__name__}: {e}") from e
-        except (MsgspecError, ValueError) as e:
-            raise SourceError(f"listing pods of node {self.node}: malformed API response: {e}") from e
+        return list_node_pods(client, self.node, timeout=self._timeout)[0]
 
     def _get_client(self) -> lightkube.Client:
         if self._client is None:
-            config = self._load_config()
-            try:
-                self._client = lightkube.Client(config, timeout=httpx2.Timeout(self._timeout))
-            except (lightkube.ConfigError, OSError, KeyError, ValueError, AssertionError) as e:
-                raise SourceError(f"cannot set up the API client: {type(e).__name__}: {e}") from e
+            self._client = build_client(self._kubeconfig, timeout=self._timeout)
         return self._client
 
-    def _load_config(self) -> lightkube.KubeConfig:
-        """Explicit file first, then in-cluster, then KUBECONFIG (its first entry) or ~/.kube/config."""
+
+def build_client(kubeconfig: Path | None, *, timeout: float) -> lightkube.Client:
+    """One lightkube client (one connection pool); every failure is a SourceError."""
+    config = load_config(kubeconfig)
+    try:
+        return lightkube.Client(config, timeout=httpx2.Timeout(timeout))
+    except (lightkube.ConfigError, OSError, KeyError, ValueError, AssertionError) as e:
+        raise SourceError(f"cannot set up the API client: {type(e).__name__}: {e}") from e
+
+
+def load_config(kubeconfig: Path | None) -> lightkube.KubeConfig:
+    """Explicit file first, then in-cluster, then KUBECONFIG (its first entry) or ~/.kube/config."""
+    try:
+        if kubeconfig is not None:
+            return lightkube.KubeConfig.from_file(kubeconfig)
+        if os.environ.get("KUBERNETES_SERVICE_HOST"):
+            return lightkube.KubeConfig.from_service_account()
+        env_paths = [p for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p]
+        return lightkube.KubeConfig.from_file(env_paths[0] if env_paths else DEFAULT_KUBECONFIG)
+    except yaml.YAMLError as e:
+        # str(e) would quote the offending line, which may hold a token.
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise SourceError(f"the Kubernetes client configuration is not valid YAML{where}") from e
+    except (lightkube.ConfigError, OSError, KeyError, MsgspecError, TypeError) as e:
+        raise SourceError(f"cannot load the Kubernetes client configuration: {type(e).__name__}: {e}") from e
+
+
+def list_node_pods(
+    client: lightkube.Client, node: str, *, timeout: float
+) -> tuple[list[dict[str, Any]], str | None]:
+    """Every pod bound to `node` (paged), and the resourceVersion of that consistent list.
+
+    Any failure on any page raises: a partial list would make the missing pods' resources look like residue.
+    """
+    try:
+        items = client.list(
+            PodResource,
+            namespace=lightkube.ALL_NS,
+            chunk_size=CHUNK_SIZE,
+            fields={"spec.nodeName": node},
+        )
+        objects = [item.to_dict() for item in items]
         try:
-            if self._kubeconfig is not None:
-                return lightkube.KubeConfig.from_file(self._kubeconfig)
-            if os.environ.get("KUBERNETES_SERVICE_HOST"):
-                return lightkube.KubeConfig.from_service_account()
-            env_paths = [p for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p]
-            return lightkube.KubeConfig.from_file(env_paths[0] if env_paths else DEFAULT_KUBECONFIG)
-        except yaml.YAMLError as e:
-            # str(e) would quote the offending line, which may hold a token.
-            mark = getattr(e, "problem_mark", None)
-            where = f" at line {mark.line + 1}" if mark is not None else ""
-            raise SourceError(f"the Kubernetes client configuration is not valid YAML{where}") from e
-        except (lightkube.ConfigError, OSError, KeyError, MsgspecError, TypeError) as e:
-            raise SourceError(
-                f"cannot load the Kubernetes client configuration: {type(e).__name__}: {e}"
-            ) from e
+            rv: str | None = items.resourceVersion
+        except lightkube.NotReadyError:
+            rv = None  # an empty first page without metadata: a watch then starts from "now"
+        return objects, rv
+    except lightkube.ApiError as e:
+        status = e.status
+        code = status.code if status.code is not None else e.response.status_code
+        reason = status.reason or e.response.reason_phrase
+        raise SourceError(f"listing pods of node {node} failed: HTTP {code} {reason}") from e
+    except httpx2.HTTPStatusError as e:
+        response = e.response
+        raise SourceError(
+            f"listing pods of node {node} failed: HTTP {response.status_code} {response.reason_phrase}",
+        ) from e
+    except httpx2.TimeoutException as e:
+        raise SourceError(f"listing pods of node {node} timed out after {timeout:g}s ({type(e).__name__})") from e
+    except httpx2.HTTPError as e:
+        raise SourceError(f"listing pods of node {node} failed: {type(e).__name__}: {e}") from e
+    except (MsgspecError, ValueError) as e:
+        raise SourceError(f"listing pods of node {node}: malformed API response: {e}") from e
+
+
+def get_pod_live(client: lightkube.Client, namespace: str, name: str) -> Pod | None:
+    """A live GET of one pod (None on 404): the terminate phase's fresh read, never a cache."""
+    what = f"getting pod {namespace}/{name}"
+    try:
+        obj = client.get(PodResource, name=name, namespace=namespace)
+    except lightkube.ApiError as e:
+        code = e.status.code if e.status.code is not None else e.response.status_code
+        if code == 404:
+            return None
+        raise SourceError(f"{what} failed: HTTP {code} {e.status.reason or e.response.reason_phrase}") from e
+    except httpx2.HTTPStatusError as e:
+        if e.response.status_code == 404:
+            return None
+        raise SourceError(f"{what} failed: HTTP {e.response.status_code} {e.response.reason_phrase}") from e
+    except httpx2.HTTPError as e:
+        raise SourceError(f"{what} failed: {type(e).__name__}: {e}") from e
+    except (MsgspecError, ValueError) as e:
+        raise SourceError(f"{what}: malformed API response: {e}") from e
+    try:
+        return pod_from_object(obj.to_dict())
+    except ValueError as e:
+        raise SourceError(f"{what}: the pod cannot be identified: {e}") from e

@@ -1,0 +1,291 @@
+"""Stale EndpointSlice endpoints, cluster wide: report those a controller owns, remove the others.
+
+One pass: list every slice, then every pod (in that order: an endpoint is written after its pod exists,
+so a pod a listed slice points at is in the later pod list unless it is really gone), plan with
+`planning.endpoints`, then act:
+- controller-managed slices are never edited (the controller would put the endpoint back, or fight us):
+  the finding is logged, counted and becomes a Warning Event on the Service;
+- any other slice loses its stale endpoints through a JSON merge patch that carries the resourceVersion
+  the plan was computed from. A 409 means someone else changed the slice: it is read again and the plan is
+  recomputed on the fresh copy (bounded). Before each write every endpoint to remove is re-verified with a
+  live GET of its pod, and `is_leader()` is asked right before the write itself.
+Slices are handled as raw JSON (a generic resource), so endpoint fields this client's models do not know
+are sent back untouched.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import lightkube
+from lightkube.generic_resource import GenericNamespacedResource, create_api_info
+from lightkube.resources.core_v1 import Pod as PodResource
+from lightkube.types import PatchType
+
+from nodegc.desired.pods import pod_from_object
+from nodegc.kube.errors import KubeError, call
+from nodegc.kube.events import EventRecorder, EventType, ObjectRef
+from nodegc.model.endpoints import Slice, StaleAction, StaleEndpoint
+from nodegc.model.pods import Pod
+from nodegc.observe.logs import get_logger
+from nodegc.planning.endpoints import (
+    PodIndex,
+    find_stale,
+    remaining_endpoints,
+    slice_from_object,
+    stale_in_slice,
+    staleness,
+)
+
+log = get_logger("nodegc.kube.endpointslices")
+
+CHUNK_SIZE = 500
+REASON_STALE = "StaleEndpoint"
+REASON_REMOVED = "StaleEndpointRemoved"
+REASON_FAILED = "StaleEndpointRemovalFailed"
+
+
+class RawEndpointSlice(GenericNamespacedResource):
+    """discovery.k8s.io/v1 EndpointSlice as plain JSON; not registered, so lightkube's typed model stays
+    the one everybody else in the process gets."""
+
+    _api_info = create_api_info("discovery.k8s.io", "v1", "EndpointSlice", "endpointslices")
+
+
+@dataclass(frozen=True)
+class SweepOptions:
+    dry_run: bool = False
+    max_patches: int = 50
+    max_conflict_retries: int = 3
+    chunk_size: int = CHUNK_SIZE
+
+
+@dataclass
+class SweepReport:
+    stale: list[StaleEndpoint] = field(default_factory=list)  # what the plan found
+    reported: list[StaleEndpoint] = field(default_factory=list)  # controller-managed: told, not touched
+    removed: list[StaleEndpoint] = field(default_factory=list)
+    would_remove: list[StaleEndpoint] = field(default_factory=list)  # dry run
+    kept_on_reverify: int = 0  # a live GET or a fresh slice showed the endpoint is not stale after all
+    patches: int = 0
+    conflicts: int = 0
+    deferred_slices: int = 0  # beyond max_patches, left for the next pass
+    failures: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # slices or pods that could not be read exactly
+    lost_leadership: bool = False
+
+
+class EndpointSliceSweeper:
+    def __init__(
+        self,
+        client: lightkube.Client,
+        *,
+        is_leader: Callable[[], bool],
+        events: EventRecorder | None = None,
+        options: SweepOptions | None = None,
+    ) -> None:
+        self._client = client
+        self._is_leader = is_leader
+        self._events = events
+        self.options = options or SweepOptions()
+
+    def sweep(self) -> SweepReport:
+        """One pass. Raises KubeError when the slices or the pods cannot be listed (nothing is done then)."""
+        report = SweepReport()
+        if not self._is_leader():
+            report.lost_leadership = True
+            return report
+        raw_slices = self._list_slices()
+        pods = self._pod_index(report)
+        parsed: list[tuple[Slice, Mapping[str, Any]]] = []
+        for raw in raw_slices:
+            try:
+                parsed.append((slice_from_object(raw), raw))
+            except ValueError as e:
+                report.problems.append(str(e))
+                log.warning("endpointslice skipped", reason=str(e))
+        report.stale = list(find_stale((s for s, _ in parsed), pods))
+        by_slice: dict[tuple[str, str], list[StaleEndpoint]] = defaultdict(list)
+        for stale in report.stale:
+            by_slice[(stale.slice_namespace, stale.slice_name)].append(stale)
+        raw_by_key = {(s.namespace, s.name): raw for s, raw in parsed}
+        slices_by_key = {(s.namespace, s.name): s for s, _ in parsed}
+        patched = 0
+        for key, found in by_slice.items():
+            slice_ = slices_by_key[key]
+            if slice_.controller_managed:
+                self._report(slice_, found, report)
+                continue
+            if patched >= self.options.max_patches:
+                report.deferred_slices += 1
+                continue
+            if not self._is_leader():
+                report.lost_leadership = True
+                break
+            patched += 1
+            self._remove(slice_, raw_by_key[key], pods, report)
+            if report.lost_leadership:
+                break
+        return report
+
+    # --- reading ---------------------------------------------------------------------------------
+
+    def _list_slices(self) -> list[Mapping[str, Any]]:
+        items = call("listing endpointslices", lambda: list(self._client.list(
+            RawEndpointSlice, namespace=lightkube.ALL_NS, chunk_size=self.options.chunk_size)))
+        return [item.to_dict() for item in items]
+
+    def _pod_index(self, report: SweepReport) -> PodIndex:
+        """Every pod of the cluster; a namespace holding a pod we cannot identify proves no absence."""
+        items = call("listing pods", lambda: list(self._client.list(
+            PodResource, namespace=lightkube.ALL_NS, chunk_size=self.options.chunk_size)))
+        pods: list[Pod] = []
+        unknown: set[str] = set()
+        for item in items:
+            obj = item.to_dict()
+            try:
+                pods.append(pod_from_object(obj))
+            except ValueError as e:
+                namespace = (obj.get("metadata") or {}).get("namespace")
+                if not isinstance(namespace, str) or not namespace:
+                    raise KubeError(f"listing pods: a pod without namespace cannot be identified: {e}") from e
+                unknown.add(namespace)
+                report.problems.append(str(e))
+        return PodIndex.build(pods, unknown_namespaces=unknown)
+
+    def _get_slice(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        try:
+            obj = call(f"getting endpointslice {namespace}/{name}",
+                       lambda: self._client.get(RawEndpointSlice, name=name, namespace=namespace))
+        except KubeError as e:
+            if e.not_found:
+                return None
+            raise
+        return obj.to_dict()
+
+    def _live_pod(self, namespace: str, name: str) -> Pod | None:
+        try:
+            obj = call(f"getting pod {namespace}/{name}",
+                       lambda: self._client.get(PodResource, name=name, namespace=namespace))
+        except KubeError as e:
+            if e.not_found:
+                return None
+            raise
+        try:
+            return pod_from_object(obj.to_dict())
+        except ValueError as e:
+            raise KubeError(f"pod {namespace}/{name} cannot be identified: {e}") from e
+
+    # --- acting ----------------------------------------------------------------------------------
+
+    def _report(self, slice_: Slice, found: list[StaleEndpoint], report: SweepReport) -> None:
+        for stale in found:
+            report.reported.append(stale)
+            log.warning("stale endpoint in a controller-managed slice", slice=slice_.label(),
+                        address=",".join(stale.endpoint.addresses), pod=stale.pod_label,
+                        reason=stale.reason.value, managed_by=slice_.managed_by)
+            self._event(slice_, EventType.WARNING, REASON_STALE,
+                        f"EndpointSlice {slice_.name} lists {_addresses(stale)} for pod {stale.pod_label}: "
+                        f"{stale.detail}; left to {slice_.managed_by}")
+
+    def _remove(self, slice_: Slice, raw: Mapping[str, Any], pods: PodIndex, report: SweepReport) -> None:
+        current, current_raw = slice_, raw
+        for attempt in range(self.options.max_conflict_retries + 1):
+            candidates = [s for s in stale_in_slice(current, pods) if s.action is StaleAction.REMOVE]
+            if not candidates:
+                return
+            try:
+                confirmed = self._reverify(current, candidates, report)
+            except KubeError as e:
+                self._failed(current, f"re-verification failed: {e}", report)
+                return
+            if not confirmed:
+                return
+            if self.options.dry_run:
+                report.would_remove.extend(confirmed)
+                for stale in confirmed:
+                    log.info("would remove stale endpoint", slice=current.label(), pod=stale.pod_label,
+                             address=",".join(stale.endpoint.addresses), reason=stale.reason.value)
+                return
+            if not self._is_leader():
+                report.lost_leadership = True
+                return
+            try:
+                self._patch(current, current_raw, confirmed)
+            except KubeError as e:
+                if e.not_found:
+                    return  # the slice is gone, and its endpoints with it
+                if not e.conflict:
+                    self._failed(current, str(e), report)
+                    return
+                report.conflicts += 1
+                log.info("endpointslice changed under us, re-reading", slice=current.label(), attempt=attempt)
+                try:
+                    fresh = self._get_slice(current.namespace, current.name)
+                    if fresh is None:
+                        return
+                    current, current_raw = slice_from_object(fresh), fresh
+                except (KubeError, ValueError) as e2:
+                    self._failed(current, f"re-reading after a conflict failed: {e2}", report)
+                    return
+                continue
+            report.patches += 1
+            report.removed.extend(confirmed)
+            for stale in confirmed:
+                log.info("stale endpoint removed", slice=current.label(), pod=stale.pod_label,
+                         address=",".join(stale.endpoint.addresses), reason=stale.reason.value)
+            self._event(current, EventType.NORMAL, REASON_REMOVED,
+                        f"removed {len(confirmed)} stale endpoint(s) from EndpointSlice {current.name}: "
+                        + "; ".join(f"{_addresses(s)} ({s.detail})" for s in confirmed))
+            return
+        self._failed(current, f"still conflicting after {self.options.max_conflict_retries + 1} attempts", report)
+
+    def _reverify(self, slice_: Slice, candidates: Iterable[StaleEndpoint],
+                  report: SweepReport) -> list[StaleEndpoint]:
+        """A live GET of each endpoint's pod: only what is still stale on fresh data is removed."""
+        seen: dict[tuple[str, str], Pod | None] = {}
+        confirmed: list[StaleEndpoint] = []
+        for stale in candidates:
+            ref = stale.endpoint.target_ref
+            if ref is None or not ref.name:
+                continue
+            key = (ref.namespace or slice_.namespace, ref.name)
+            if key not in seen:
+                seen[key] = self._live_pod(*key)
+            pod = seen[key]
+            fresh = PodIndex.build([pod] if pod is not None else [], known_namespaces={key[0]})
+            if staleness(stale.endpoint, slice_namespace=slice_.namespace, address_type=slice_.address_type,
+                         pods=fresh) is None:
+                report.kept_on_reverify += 1
+                continue
+            confirmed.append(stale)
+        return confirmed
+
+    def _patch(self, slice_: Slice, raw: Mapping[str, Any], stale: list[StaleEndpoint]) -> None:
+        endpoints = raw.get("endpoints") or []
+        body = {
+            "metadata": {"resourceVersion": slice_.resource_version},
+            "endpoints": remaining_endpoints(endpoints, stale),
+        }
+        call(f"patching endpointslice {slice_.label()}", lambda: self._client.patch(
+            RawEndpointSlice, slice_.name, body, namespace=slice_.namespace, patch_type=PatchType.MERGE))
+
+    def _failed(self, slice_: Slice, why: str, report: SweepReport) -> None:
+        report.failures.append(f"{slice_.label()}: {why}")
+        log.warning("stale endpoint removal failed", slice=slice_.label(), error=why)
+        self._event(slice_, EventType.WARNING, REASON_FAILED,
+                    f"could not remove stale endpoints from EndpointSlice {slice_.name}: {why}")
+
+    def _event(self, slice_: Slice, type: EventType, reason: str, message: str) -> None:
+        if self._events is None:
+            return
+        ref = (ObjectRef.service(slice_.namespace, slice_.service_name) if slice_.service_name
+               else ObjectRef.endpointslice(slice_.namespace, slice_.name, slice_.uid))
+        self._events.record(ref, reason=reason, message=message, type=type)
+
+
+def _addresses(stale: StaleEndpoint) -> str:
+    return ",".join(stale.endpoint.addresses) or "(no address)"
