@@ -152,7 +152,9 @@ def list_node_pods(
             f"listing pods of node {node} failed: HTTP {response.status_code} {response.reason_phrase}",
         ) from e
     except httpx2.TimeoutException as e:
-        raise SourceError(f"listing pods of node {node} timed out after {timeout:g}s ({type(e).__name__})") from e
+        raise SourceError(
+            f"listing pods of node {node} timed out after {timeout:g}s ({type(e).__name__})"
+        ) from e
     except httpx2.HTTPError as e:
         raise SourceError(f"listing pods of node {node} failed: {type(e).__name__}: {e}") from e
     except (MsgspecError, ValueError) as e:

@@ -136,7 +136,7 @@ class EndpointSliceSweeper:
     def _list_slices(self) -> list[Mapping[str, Any]]:
         items = call("listing endpointslices", lambda: list(self._client.list(
             RawEndpointSlice, namespace=lightkube.ALL_NS, chunk_size=self.options.chunk_size)))
-        return [item.to_dict() for item in items]
+        return [_plain(item) for item in items]
 
     def _pod_index(self, report: SweepReport) -> PodIndex:
         """Every pod of the cluster; a namespace holding a pod we cannot identify proves no absence."""
@@ -164,7 +164,7 @@ class EndpointSliceSweeper:
             if e.not_found:
                 return None
             raise
-        return obj.to_dict()
+        return _plain(obj)
 
     def _live_pod(self, namespace: str, name: str) -> Pod | None:
         try:
@@ -285,6 +285,15 @@ class EndpointSliceSweeper:
         ref = (ObjectRef.service(slice_.namespace, slice_.service_name) if slice_.service_name
                else ObjectRef.endpointslice(slice_.namespace, slice_.name, slice_.uid))
         self._events.record(ref, reason=reason, message=message, type=type)
+
+
+def _plain(obj: GenericNamespacedResource) -> dict[str, Any]:
+    """A generic resource is a dict already; its metadata may have been turned into a model on access."""
+    plain = dict(obj)
+    meta = plain.get("metadata")
+    if meta is not None and not isinstance(meta, Mapping):
+        plain["metadata"] = meta.to_dict()
+    return plain
 
 
 def _addresses(stale: StaleEndpoint) -> str:
