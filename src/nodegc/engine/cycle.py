@@ -18,7 +18,7 @@ from nodegc.engine.limits import TokenBucket
 from nodegc.faults import fault_point
 from nodegc.inventory.scanning import scan_node
 from nodegc.ledger.store import Ledger
-from nodegc.model.findings import Finding
+from nodegc.model.findings import Finding, FindingClass
 from nodegc.model.items import Item, Phase
 from nodegc.model.pods import DesiredState, OwnerState
 from nodegc.model.resources import Inventory, Kind
@@ -137,6 +137,10 @@ class Engine:
         items = self.ledger.items(active_only=True)
         self._persist(reconcile(items, findings, {k: identity_of(r) for k, r in resources(inventory).items()},
                                 now=now, policy=self.settings.phases, unreadable=unreadable), now)
+        for f in findings:
+            if f.cls is FindingClass.PROTECTED:
+                # Would be residue, but young or possibly a starting pod's: counted once per cycle.
+                self.metrics.blocked("protection")
         refusal = blast_radius_refusal(findings, desired, self.settings.blast_radius)
         if refusal:
             self._block(report, "blast_radius", refusal)
