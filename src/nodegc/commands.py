@@ -146,6 +146,7 @@ def _owner(item: Item) -> str:
 
 
 def cmd_agent(args: argparse.Namespace) -> int:
+    from nodegc.observe.health import HealthServer, HealthServerError, Heartbeat
     from nodegc.observe.metrics import Metrics
 
     roots = roots_from_args(args)
@@ -154,13 +155,15 @@ def cmd_agent(args: argparse.Namespace) -> int:
     settings = _settings(args, phases)
     executor: Executor = DryRunExecutor() if args.dry_run else HostExecutor(roots, timeout=args.command_timeout)
     metrics = Metrics()
-    server = None
+    heartbeat = Heartbeat(args.interval)
+    server: HealthServer | None = None
     if args.metrics_address:
         host, _, port = args.metrics_address.rpartition(":")
         try:
-            server = metrics.serve(host or "0.0.0.0", int(port))  # noqa: S104 - the metrics port of a node agent
-        except (OSError, ValueError) as e:
-            print(f"nodegc: cannot serve metrics on {args.metrics_address}: {e}", file=sys.stderr)
+            server = HealthServer(host or "0.0.0.0", int(port), metrics=metrics,  # noqa: S104 - a node agent's port
+                                  live=heartbeat.live, ready=heartbeat.ready).start()
+        except (HealthServerError, ValueError) as e:
+            print(f"nodegc: cannot serve metrics and health on {args.metrics_address}: {e}", file=sys.stderr)
             return EXIT_USAGE
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -174,12 +177,15 @@ def cmd_agent(args: argparse.Namespace) -> int:
             cycles = 0
             while not stop.is_set():
                 started = time.monotonic()
+                heartbeat.cycle_started()
                 try:
                     report = engine.cycle()
+                    heartbeat.cycle_finished(report.blocked)
                     log.info("cycle done", residue=sum(1 for f in report.findings if f.cls.is_residue),
                              reclaimed=sum(1 for _, o in report.outcomes if o.ok), blocked=len(report.blocked),
                              closed=len(report.closed), seconds=round(time.monotonic() - started, 3))
                 except LedgerError as e:
+                    heartbeat.cycle_finished(error=str(e))
                     log.error("ledger error; nothing destructive this cycle", error=str(e))
                 cycles += 1
                 if args.max_cycles and cycles >= args.max_cycles:

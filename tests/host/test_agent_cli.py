@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import json
+import signal
+import socket
 import subprocess
 import sys
+import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 from nodegc.ledger.store import Ledger
@@ -49,3 +54,51 @@ def test_agent_reclaims_after_k_scans_and_keeps_an_audit_trail(sandbox_node: San
     with Ledger(state / "ledger.db"):
         second = nodegc("clean", "--apply", "--pods-from", str(snapshot), *roots, "--state-dir", str(state))
     assert second.returncode == 5 and "another nodegc holds the ledger lock" in second.stderr
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as r:  # noqa: S310 - a loopback URL built here
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def test_agent_serves_metrics_and_health_and_stops_on_sigterm(sandbox_node: SandboxNode, tmp_path: Path) -> None:
+    node = sandbox_node
+    node.add_pod("live")
+    snapshot = node.write_snapshot(node.root / "pods.json")
+    r = node.roots
+    port = _free_port()
+    argv = [sys.executable, "-m", "nodegc", "agent", "--pods-from", str(snapshot), "--kubelet-root",
+            str(r.kubelet_root), "--cni-data-dir", str(r.cni_data_dir), "--netns-dir", str(r.netns_dir),
+            "--net-ns", str(r.net_ns), "--state-dir", str(tmp_path / "state"), "--interval", "0.5",
+            "--metrics-address", f"127.0.0.1:{port}"]
+    agent = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 30
+        status = 0
+        while time.monotonic() < deadline:
+            try:
+                status, _ = _get(f"http://127.0.0.1:{port}/readyz")
+            except OSError:
+                status = 0
+            if status == 200:
+                break
+            time.sleep(0.2)
+        assert status == 200
+        assert _get(f"http://127.0.0.1:{port}/healthz")[0] == 200
+        code, body = _get(f"http://127.0.0.1:{port}/metrics")
+        assert code == 200 and "nodegc_scan_duration_seconds_count" in body
+        agent.send_signal(signal.SIGTERM)
+        assert agent.wait(timeout=30) == 0
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+            agent.wait()

@@ -31,5 +31,6 @@ def make_client(kubeconfig: Path | None = None, *, timeout: float = 10.0,
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
         raise KubeError(f"the Kubernetes client configuration is not valid YAML{where}") from e
-    except (lightkube.ConfigError, OSError, KeyError, MsgspecError, TypeError, ValueError, AssertionError) as e:
+    except (lightkube.ConfigError, OSError, KeyError, MsgspecError, TypeError, ValueError,
+            AssertionError) as e:
         raise KubeError(f"cannot set up the Kubernetes client: {type(e).__name__}: {e}") from e

@@ -241,7 +241,8 @@ class EndpointSliceSweeper:
                         f"removed {len(confirmed)} stale endpoint(s) from EndpointSlice {current.name}: "
                         + "; ".join(f"{_addresses(s)} ({s.detail})" for s in confirmed))
             return
-        self._failed(current, f"still conflicting after {self.options.max_conflict_retries + 1} attempts", report)
+        attempts = self.options.max_conflict_retries + 1
+        self._failed(current, f"still conflicting after {attempts} attempts", report)
 
     def _reverify(self, slice_: Slice, candidates: Iterable[StaleEndpoint],
                   report: SweepReport) -> list[StaleEndpoint]:

@@ -155,7 +155,8 @@ class EventRecorder:
 
     # --- recording (no I/O) ----------------------------------------------------------------------
 
-    def record(self, ref: ObjectRef, *, reason: str, message: str, type: EventType = EventType.NORMAL) -> None:
+    def record(self, ref: ObjectRef, *, reason: str, message: str,
+               type: EventType = EventType.NORMAL) -> None:
         now = self._clock()
         key: SeriesKey = (ref, type, reason)
         with self._lock:
@@ -207,17 +208,16 @@ class EventRecorder:
                 with self._lock:
                     snapshot = _Series(**vars(series))
                 try:
-                    if snapshot.name is None:
-                        name = self._create(snapshot)
-                        report.created += 1
-                    else:
-                        name = self._patch(snapshot)
-                        report.patched += 1
+                    name, created = self._write(snapshot)
                 except KubeError as e:
                     report.failed += 1
                     report.errors.append(str(e))
                     log.warning("event write failed", involved=_label(key[0]), reason=key[2], error=str(e))
                     continue
+                if created:
+                    report.created += 1
+                else:
+                    report.patched += 1
                 with self._lock:
                     series.name = name
                     series.sent = max(series.sent, snapshot.count)
@@ -253,8 +253,10 @@ class EventRecorder:
         call(f"creating event {s.ref.event_namespace}/{name}", lambda: self._client.create(event))
         return name
 
-    def _patch(self, s: _Series) -> str:
-        assert s.name is not None
+    def _write(self, s: _Series) -> tuple[str, bool]:
+        """(the Event's name, whether it was created)."""
+        if s.name is None:
+            return self._create(s), True
         name = s.name
         body = {"count": s.count, "lastTimestamp": rfc3339(s.last), "message": s.message}
         try:
@@ -267,8 +269,8 @@ class EventRecorder:
             if not e.not_found:
                 raise
             # The Event expired (the API server keeps Events for an hour): start it again.
-            return self._create(s)
-        return name
+            return self._create(s), True
+        return name, False
 
     def _event_name(self, ref: ObjectRef) -> str:
         """client-go's scheme: the object's name and a unique hex suffix."""

@@ -69,7 +69,8 @@ class LeaseRecord:
     @property
     def observed_state(self) -> tuple[object, ...]:
         """What must change for a holder to count as alive; the resourceVersion alone is not enough."""
-        return (self.holder, self.lease_duration_seconds, self.acquire_time, self.renew_time, self.transitions)
+        return (self.holder, self.lease_duration_seconds, self.acquire_time, self.renew_time,
+                self.transitions)
 
     @classmethod
     def from_object(cls, obj: Mapping[str, Any]) -> LeaseRecord:
@@ -181,6 +182,8 @@ class LeaderElector:
     # --- the background renewer ------------------------------------------------------------------
 
     def start(self) -> None:
+        """Renew (or try to acquire) every retry period from now on; the first attempt is one period away,
+        so callers wanting an answer at once call `try_acquire_or_renew()` first."""
         if self._thread is not None:
             return
         self._stop.clear()
@@ -199,9 +202,8 @@ class LeaderElector:
                 self._set_leader(False, "stopped")
 
     def _run(self) -> None:
-        while not self._stop.is_set():
+        while not self._stop.wait(self.config.retry_period):
             self.try_acquire_or_renew()
-            self._stop.wait(self.config.retry_period)
 
     # --- internals -------------------------------------------------------------------------------
 
@@ -210,9 +212,10 @@ class LeaderElector:
         return f"{self.config.namespace}/{self.config.name}"
 
     def _get(self) -> Mapping[str, Any] | None:
+        name, namespace = self.config.name, self.config.namespace
         try:
             obj = call(f"getting lease {self._label}",
-                       lambda: self._client.get(Lease, name=self.config.name, namespace=self.config.namespace))
+                       lambda: self._client.get(Lease, name=name, namespace=namespace))
         except KubeError as e:
             if e.not_found:
                 return None

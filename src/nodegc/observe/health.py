@@ -24,6 +24,7 @@ from nodegc.observe.metrics import Metrics
 
 Check = Callable[[], tuple[bool, str]]
 
+_TEXT = "text/plain; charset=utf-8"
 # Blocks of a cycle that mean the agent does not know the desired state: it must not report ready.
 NOT_READY_REASONS = frozenset({"source_unavailable", "stale_source"})
 
@@ -61,11 +62,11 @@ class _Handler(BaseHTTPRequestHandler):
     def _respond(self, *, head: bool) -> None:
         path = self.path.split("?", 1)[0]
         if path not in self._PATHS:
-            self._send(HTTPStatus.NOT_FOUND, b"not found\n", "text/plain; charset=utf-8", head=head)
+            self._send(HTTPStatus.NOT_FOUND, b"not found\n", _TEXT, head=head)
             return
         if path == "/metrics":
             if self.server.metrics is None:
-                self._send(HTTPStatus.NOT_FOUND, b"metrics disabled\n", "text/plain; charset=utf-8", head=head)
+                self._send(HTTPStatus.NOT_FOUND, b"metrics disabled\n", _TEXT, head=head)
                 return
             self._send(HTTPStatus.OK, generate_latest(self.server.metrics.registry), CONTENT_TYPE_LATEST,
                        head=head)
@@ -74,7 +75,7 @@ class _Handler(BaseHTTPRequestHandler):
         ok, reason = _safe(check)
         status = HTTPStatus.OK if ok else HTTPStatus.SERVICE_UNAVAILABLE
         body = f"{'ok' if ok else 'not ok'}: {reason}\n".encode("utf-8", "backslashreplace")
-        self._send(status, body, "text/plain; charset=utf-8", head=head)
+        self._send(status, body, _TEXT, head=head)
 
     def _send(self, status: HTTPStatus, body: bytes, content_type: str, *, head: bool) -> None:
         self.send_response(status)

@@ -1,0 +1,260 @@
+"""`nodegc controller`: the cluster-scoped loop (a Deployment) that clears stale EndpointSlice endpoints.
+
+Several replicas may run; a Lease elects the one that acts. Leadership is renewed in a background thread,
+and every pass, and every write inside a pass, first asks `is_leader()`, which turns False the moment a
+renew fails or the renew deadline passes, so a replica that lost the Lease stops acting at once.
+`--dry-run` plans and logs but writes nothing except the Lease (no slice patches, no Events).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import lightkube
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, start_http_server
+
+from nodegc.kube.client import make_client
+from nodegc.kube.endpointslices import EndpointSliceSweeper, SweepOptions, SweepReport
+from nodegc.kube.errors import KubeError
+from nodegc.kube.events import EventRecorder, FlushReport
+from nodegc.kube.leases import LeaderElector, LeaseConfig
+from nodegc.observe.logs import get_logger
+from nodegc.observe.metrics import MetricsServer
+
+log = get_logger("nodegc.controller")
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+EXIT_SOURCE = 4
+
+DEFAULT_LEASE_NAME = "nodegc-controller"
+PASS_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+
+
+class ControllerMetrics:
+    """The controller's own registry (it runs in its own process, apart from the agent's metrics)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.leader = Gauge("nodegc_controller_leader", "1 while this replica holds the Lease.", registry=r)
+        self.passes = Counter("nodegc_controller_passes",
+                              "Controller passes by result (ok, failed, not_leader).", ["result"], registry=r)
+        self.pass_duration = Histogram("nodegc_controller_pass_duration_seconds", "Wall time of one pass.",
+                                       buckets=PASS_BUCKETS, registry=r)
+        self.stale_endpoints = Counter(
+            "nodegc_stale_endpoints",
+            "Stale EndpointSlice endpoints found, by reason and action (report, remove).",
+            ["reason", "action"], registry=r)
+        self.endpoint_removals = Counter(
+            "nodegc_endpoint_removals", "Stale endpoints by outcome (removed, dry_run, kept, failed).",
+            ["result"], registry=r)
+        self.slice_conflicts = Counter(
+            "nodegc_endpointslice_conflicts", "Slice patches refused with 409 and redone on fresh data.",
+            registry=r)
+        self.events = Counter("nodegc_events_written", "Event writes by result (created, patched, failed, "
+                              "deferred).", ["result"], registry=r)
+
+    def swept(self, report: SweepReport, seconds: float) -> None:
+        self.passes.labels("ok").inc()
+        self.pass_duration.observe(seconds)
+        for stale in report.stale:
+            self.stale_endpoints.labels(stale.reason.value, stale.action.value).inc()
+        for result, n in (("removed", len(report.removed)), ("dry_run", len(report.would_remove)),
+                          ("kept", report.kept_on_reverify), ("failed", len(report.failures))):
+            if n:
+                self.endpoint_removals.labels(result).inc(n)
+        if report.conflicts:
+            self.slice_conflicts.inc(report.conflicts)
+
+    def flushed(self, report: FlushReport) -> None:
+        for result, n in (("created", report.created), ("patched", report.patched), ("failed", report.failed),
+                          ("deferred", report.deferred)):
+            if n:
+                self.events.labels(result).inc(n)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+    def serve(self, host: str, port: int) -> MetricsServer:
+        server, thread = start_http_server(port, addr=host, registry=self.registry)
+        return MetricsServer(server=server, thread=thread)
+
+
+@dataclass(frozen=True)
+class ControllerSettings:
+    lease: LeaseConfig
+    interval: float = 30.0
+    sweep: SweepOptions = field(default_factory=SweepOptions)
+    events_per_minute: int = 30
+    event_flush_interval: float = 10.0
+
+
+class Controller:
+    def __init__(
+        self,
+        client: lightkube.Client,
+        settings: ControllerSettings,
+        *,
+        metrics: ControllerMetrics | None = None,
+        elector: LeaderElector | None = None,
+        events: EventRecorder | None = None,
+    ) -> None:
+        self.settings = settings
+        self.metrics = metrics or ControllerMetrics()
+        self.elector = elector or LeaderElector(client, settings.lease, on_change=self._leadership)
+        if events is None and not settings.sweep.dry_run:
+            events = EventRecorder(client, component="nodegc-controller", instance=settings.lease.identity,
+                                   max_per_minute=settings.events_per_minute,
+                                   flush_interval=settings.event_flush_interval)
+        self.events = events
+        self.sweeper = EndpointSliceSweeper(client, is_leader=self.elector.is_leader, events=events,
+                                            options=settings.sweep)
+
+    def run(self, stop: threading.Event, *, max_passes: int = 0) -> None:
+        """Until `stop` is set (or `max_passes` passes): a pass every interval while leader."""
+        self.elector.try_acquire_or_renew()  # first answer now, not one retry period later
+        self.elector.start()
+        log.info("controller started", identity=self.settings.lease.identity, interval=self.settings.interval,
+                 lease=f"{self.settings.lease.namespace}/{self.settings.lease.name}",
+                 dry_run=self.settings.sweep.dry_run)
+        passes = 0
+        try:
+            while not stop.is_set():
+                started = time.monotonic()
+                report = self.run_once()
+                passes += 1
+                if max_passes and passes >= max_passes:
+                    break
+                # A follower looks again after a retry period, so it acts soon after it takes over.
+                wait = self.settings.interval if report is not None else self.settings.lease.retry_period
+                stop.wait(max(0.0, wait - (time.monotonic() - started)))
+        finally:
+            self.elector.stop(release=True)
+            self._flush(final=True)
+            log.info("controller stopped", passes=passes)
+
+    def run_once(self) -> SweepReport | None:
+        """One pass if this replica leads; None when it does not or the pass could not read the cluster."""
+        if not self.elector.is_leader():
+            self.metrics.passes.labels("not_leader").inc()
+            log.debug("not the leader; waiting", holder=self.elector.observed_holder)
+            return None
+        started = time.monotonic()
+        try:
+            report = self.sweeper.sweep()
+        except KubeError as e:
+            self.metrics.passes.labels("failed").inc()
+            log.error("pass failed; nothing was changed after the failure", error=str(e))
+            return None
+        self.metrics.swept(report, time.monotonic() - started)
+        log.info("pass done", stale=len(report.stale), reported=len(report.reported),
+                 removed=len(report.removed),
+                 would_remove=len(report.would_remove), conflicts=report.conflicts,
+                 failures=len(report.failures), deferred_slices=report.deferred_slices,
+                 lost_leadership=report.lost_leadership, seconds=round(time.monotonic() - started, 3))
+        self._flush(final=False)
+        return report
+
+    def _flush(self, *, final: bool) -> None:
+        if self.events is None:
+            return
+        flushed = self.events.flush() if final else self.events.maybe_flush()
+        if flushed is not None:
+            self.metrics.flushed(flushed)
+
+    def _leadership(self, leader: bool) -> None:
+        self.metrics.leader.set(1 if leader else 0)
+
+
+# --- command line -------------------------------------------------------------------------------------
+
+
+def default_identity() -> str:
+    return os.environ.get("POD_NAME") or socket.gethostname()
+
+
+def add_controller_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser],
+                          parents: list[argparse.ArgumentParser]) -> None:
+    lease = LeaseConfig(namespace="-", name="-", identity="-")
+    p = sub.add_parser("controller", parents=parents,
+                       help="the cluster controller: remove stale EndpointSlice endpoints (leader elected)")
+    p.add_argument("--kubeconfig", type=Path, metavar="FILE",
+                   help="kubeconfig (default: in-cluster config, then $KUBECONFIG or ~/.kube/config)")
+    p.add_argument("--lease-namespace", default=os.environ.get("POD_NAMESPACE") or "default",
+                   help="namespace of the leader election Lease (default: $POD_NAMESPACE, else default)")
+    p.add_argument("--lease-name", default=DEFAULT_LEASE_NAME, help="default: %(default)s")
+    p.add_argument("--identity", default=None,
+                   help="leader election identity (default: $POD_NAME, else the hostname)")
+    p.add_argument("--interval", type=float, default=30.0, metavar="SECONDS",
+                   help="seconds between passes while leader (default: %(default)s)")
+    p.add_argument("--lease-duration", type=float, default=lease.lease_duration, metavar="SECONDS",
+                   help="a follower takes over after the Lease went unrenewed this long "
+                        "(default: %(default)s); the leader stops acting after 2/3 of it without a renew")
+    p.add_argument("--dry-run", action="store_true",
+                   help="find and log stale endpoints, write nothing (no patches, no Events)")
+    p.add_argument("--max-patches-per-pass", type=int, default=SweepOptions().max_patches, metavar="N",
+                   help="slices patched per pass at most; the rest wait for the next pass "
+                        "(default: %(default)s)")
+    p.add_argument("--events-per-minute", type=int, default=30, metavar="N",
+                   help="Event writes per minute at most (default: %(default)s)")
+    p.add_argument("--metrics-address", default="0.0.0.0:9809", metavar="HOST:PORT",
+                   help="Prometheus metrics endpoint; empty to disable (default: %(default)s)")
+    p.add_argument("--max-passes", type=int, default=0, help=argparse.SUPPRESS)
+
+
+def lease_config(*, namespace: str, name: str, identity: str, lease_duration: float) -> LeaseConfig:
+    """client-go's proportions (15 s / 10 s / 2 s) scaled to the chosen duration."""
+    return LeaseConfig(namespace=namespace, name=name, identity=identity, lease_duration=lease_duration,
+                       renew_deadline=lease_duration * 2 / 3, retry_period=lease_duration * 2 / 15)
+
+
+def cmd_controller(args: argparse.Namespace) -> int:
+    try:
+        lease = lease_config(namespace=args.lease_namespace, name=args.lease_name,
+                             identity=args.identity or default_identity(), lease_duration=args.lease_duration)
+        if args.max_patches_per_pass < 0 or args.interval <= 0 or args.events_per_minute < 1:
+            raise ValueError(
+                "--interval must be positive, --max-patches-per-pass >= 0, --events-per-minute >= 1")
+    except ValueError as e:
+        print(f"nodegc: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    settings = ControllerSettings(
+        lease=lease, interval=args.interval, events_per_minute=args.events_per_minute,
+        sweep=SweepOptions(dry_run=args.dry_run, max_patches=args.max_patches_per_pass),
+    )
+    try:
+        client = make_client(args.kubeconfig, field_manager="nodegc-controller")
+    except KubeError as e:
+        print(f"nodegc: {e}", file=sys.stderr)
+        return EXIT_SOURCE
+    metrics = ControllerMetrics()
+    server = None
+    if args.metrics_address:
+        host, _, port = args.metrics_address.rpartition(":")
+        try:
+            server = metrics.serve(host or "0.0.0.0", int(port))  # noqa: S104 - the metrics port of a pod
+        except (OSError, ValueError) as e:
+            print(f"nodegc: cannot serve metrics on {args.metrics_address}: {e}", file=sys.stderr)
+            client.close()
+            return EXIT_USAGE
+    stop = threading.Event()
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
+    try:
+        Controller(client, settings, metrics=metrics).run(stop, max_passes=args.max_passes)
+    finally:
+        if server is not None:
+            server.shutdown()
+        client.close()
+    return EXIT_OK

@@ -1,0 +1,337 @@
+"""PodReflector against the HTTP-level fake API: the list/watch/relist requests it actually sends."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nodegc.desired.reflector import PodReflector
+from nodegc.desired.source import SourceError
+from nodegc.model.pods import Pod
+from tests.api.fakeapi import FakeKubeAPI, RecordedRequest
+
+NODE = "node-a"
+PODS_PATH = "/api/v1/pods"
+
+
+def pod(name: str, node: str = NODE, *, namespace: str = "default", phase: str = "Running") -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": f"uid-{namespace}-{name}",
+            "creationTimestamp": "2024-05-01T10:00:00Z",
+        },
+        "spec": {"nodeName": node, "containers": [{"name": "app", "image": "busybox"}]},
+        "status": {"phase": phase},
+    }
+
+
+@pytest.fixture
+def api() -> Iterator[FakeKubeAPI]:
+    with FakeKubeAPI(bookmark_interval=0.05) as server:
+        yield server
+
+
+@pytest.fixture
+def kubeconfig(api: FakeKubeAPI, tmp_path: Path) -> Path:
+    return api.write_kubeconfig(tmp_path / "kubeconfig")
+
+
+def reflector(kubeconfig: Path, **overrides: Any) -> PodReflector:
+    options: dict[str, Any] = {
+        "resync_seconds": 60.0,
+        "idle_timeout_seconds": 0.5,
+        "request_timeout": 2.0,
+        "retry_seconds": 0.02,
+        "max_retry_seconds": 0.2,
+    }
+    options.update(overrides)
+    return PodReflector(NODE, kubeconfig=kubeconfig, **options)
+
+
+def pod_requests(api: FakeKubeAPI) -> list[RecordedRequest]:
+    return api.requests_to(PODS_PATH)
+
+
+def lists(api: FakeKubeAPI) -> list[RecordedRequest]:
+    return [r for r in pod_requests(api) if not r.is_watch]
+
+
+def watches(api: FakeKubeAPI) -> list[RecordedRequest]:
+    return [r for r in pod_requests(api) if r.is_watch]
+
+
+def names(ref: PodReflector) -> list[str]:
+    return sorted(p.name for p in ref.fetch().pods)
+
+
+def eventually(api: FakeKubeAPI, check: Any, timeout: float = 5.0) -> None:
+    def safe() -> bool:
+        try:
+            return bool(check())
+        except SourceError:
+            return False
+
+    assert api.wait_for(safe, timeout), "condition not met in time"
+
+
+def test_lists_then_watches_from_the_lists_resource_version(api: FakeKubeAPI, kubeconfig: Path) -> None:
+    api.add_pod(pod("a1"))
+    api.add_pod(pod("a2", namespace="kube-system"))
+    api.add_pod(pod("b1", node="node-b"))
+    list_rv = str(api.resource_version)
+
+    with reflector(kubeconfig) as ref:
+        assert ref.wait_synced(5)
+        eventually(api, lambda: len(watches(api)) == 1)
+        assert names(ref) == ["a1", "a2"]
+        assert ref.fetch().source == "kube"
+
+        first, second = pod_requests(api)[:2]
+        assert not first.is_watch
+        assert first.query["fieldSelector"] == f"spec.nodeName={NODE}"
+        assert first.query["limit"] == "500"
+        assert "resourceVersion" not in first.query  # a consistent read, not the server's cache
+        assert second.is_watch
+        assert second.query["resourceVersion"] == list_rv
+        assert second.query["allowWatchBookmarks"] == "true"
+        assert second.query["fieldSelector"] == f"spec.nodeName={NODE}"
+        assert int(second.query["timeoutSeconds"]) <= 290
+
+        api.add_pod(pod("a3"))
+        api.add_pod(pod("b2", node="node-b"))
+        eventually(api, lambda: names(ref) == ["a1", "a2", "a3"])
+        api.update("pods", "default", "a3", {"status": {"phase": "Succeeded"}})
+        eventually(api, lambda: any(p.phase == "Succeeded" for p in ref.fetch().pods))
+    assert len(lists(api)) == 1  # events, not lists, kept the view current
+
+
+def test_dropped_watch_resumes_from_the_last_resource_version(api: FakeKubeAPI, kubeconfig: Path) -> None:
+    api.add_pod(pod("a1"))
+    with reflector(kubeconfig) as ref:
+        assert ref.wait_synced(5)
+        eventually(api, lambda: len(watches(api)) == 1)
+        api.add_pod(pod("a2"))
+        eventually(api, lambda: names(ref) == ["a1", "a2"])
+        last_rv = str(api.resource_version)
+        time.sleep(0.1)  # a bookmark at the same rv
+
+        api.drop_watches()
+        eventually(api, lambda: len(watches(api)) == 2)
+        assert watches(api)[1].query["resourceVersion"] == last_rv
+        assert len(lists(api)) == 1  # no relist
+
+        api.delete_pod("default", "a1")  # the resumed watch carries on
+        eventually(api, lambda: names(ref) == ["a2"])
+
+
+@pytest.mark.parametrize("how", ["error_event", "compacted_history", "http_410"])
+def test_gone_relists_then_watches(api: FakeKubeAPI, kubeconfig: Path, how: str) -> None:
+    api.add_pod(pod("a1"))
+    with reflector(kubeconfig) as ref:
+        assert ref.wait_synced(5)
+        eventually(api, lambda: len(watches(api)) == 1)
+        if how == "error_event":
+            api.expire_watches()  # an ERROR event with a 410 Status on the open stream
+        elif how == "compacted_history":
+            api.stall_watches(0.3)  # the open watch does not see a2 ...
+            time.sleep(0.05)
+            api.add_pod(pod("a2"))
+            api.compact()  # ... and its resume point leaves the history window
+            api.drop_watches()
+        else:
+            api.fail_next(410, path_prefix=PODS_PATH)  # the resumed watch gets a 410 response
+            api.drop_watches()
+        eventually(api, lambda: ref.stats()["relists_gone"] == 1)
+        eventually(api, lambda: len(lists(api)) == 2 and pod_requests(api)[-1].is_watch)
+        requests = pod_requests(api)
+        relist = requests.index(lists(api)[1])
+        assert requests[relist - 1].is_watch  # the watch that was told 410
+        assert requests[relist + 1].is_watch
+        expected = ["a1", "a2"] if how == "compacted_history" else ["a1"]
+        eventually(api, lambda: names(ref) == expected)
+
+
+def test_stalled_stream_relists_after_the_idle_timeout(api: FakeKubeAPI, kubeconfig: Path) -> None:
+    api.add_pod(pod("a1"))
+    with reflector(kubeconfig, idle_timeout_seconds=0.3) as ref:
+        assert ref.wait_synced(5)
+        eventually(api, lambda: len(watches(api)) == 1)
+        api.stall_watches(0.5)
+        started = time.monotonic()
+        eventually(api, lambda: len(lists(api)) == 2)
+        assert time.monotonic() - started >= 0.25  # not before the idle timeout
+        assert ref.stats()["relists_stalled"] >= 1
+        api.add_pod(pod("a2"))
+        eventually(api, lambda: names(ref) == ["a1", "a2"])
+
+
+def test_fetched_at_stops_advancing_while_the_watch_is_stalled(api: FakeKubeAPI, kubeconfig: Path) -> None:
+    with reflector(kubeconfig, idle_timeout_seconds=2.0) as ref:
+        assert ref.wait_synced(5)
+        first = ref.fetch().fetched_at
+        eventually(api, lambda: ref.fetch().fetched_at > first)  # bookmarks keep it fresh
+        api.stall_watches(1.0)
+        time.sleep(0.2)  # whatever was in flight has landed
+        frozen = ref.fetch().fetched_at
+        time.sleep(0.5)
+        assert ref.fetch().fetched_at == frozen
+        assert ref.last_fresh() == frozen
+        eventually(api, lambda: ref.fetch().fetched_at > frozen)  # the stall ends, bookmarks resume
+        assert len(lists(api)) == 1
+
+
+def test_fetch_raises_before_the_first_sync(api: FakeKubeAPI, kubeconfig: Path) -> None:
+    ref = reflector(kubeconfig)
+    assert not ref.synced
+    assert ref.last_fresh() is None
+    with pytest.raises(SourceError, match="not synced"):
+        ref.fetch()
+    api.fail_next(503, count=3, path_prefix=PODS_PATH)
+    with ref:
+        eventually(api, lambda: len(lists(api)) >= 2)
+        with pytest.raises(SourceError, match="HTTP 503"):
+            ref.fetch()
+        assert ref.wait_synced(5)
+        assert ref.fetch().pods == ()
+
+
+def test_stale_list_is_not_applied_and_a_fresh_one_is(api: FakeKubeAPI, kubeconfig: Path) -> None:
+    api.add_pod(pod("a1"))
+    old_rv = api.resource_version
+    api.add_pod(pod("a2"))
+    with reflector(kubeconfig) as ref:
+        assert ref.wait_synced(5)
+        eventually(api, lambda: len(watches(api)) == 1)
+        api.delete_pod("default", "a1")
+        api.add_pod(pod("a3"))
+        eventually(api, lambda: names(ref) == ["a2", "a3"])
+
+        api.serve_stale_list(old_rv, resource="pods")  # the state with only a1
+        api.expire_watches()
+        eventually(api, lambda: len(lists(api)) == 3 and len(watches(api)) >= 2)
+        assert ref.stats()["stale_lists"] == 1
+        assert names(ref) == ["a2", "a3"]
+        api.add_pod(pod("a4"))
+        eventually(api, lambda: names(ref) == ["a2", "a3", "a4"])
+
+
+def test_a_stale_first_list_converges_through_the_watch(api: FakeKubeAPI, kubeconfig: Path) -> None:
+    api.add_pod(pod("a1"))
+    old_rv = api.resource_version
+    api.add_pod(pod("a2"))
+    api.delete_pod("default", "a1")
+    api.serve_stale_list(old_rv, resource="pods")
+    with reflector(kubeconfig) as ref:
+        assert ref.wait_synced(5)
+        eventually(api, lambda: names(ref) == ["a2"])
+        # the watch replays what the list missed
+        assert watches(api)[0].query["resourceVersion"] == str(old_rv)
+
+
+def test_resync_relists_on_schedule(api: FakeKubeAPI, kubeconfig: Path) -> None:
+    api.add_pod(pod("a1"))
+    with reflector(kubeconfig, resync_seconds=0.3) as ref:
+        assert ref.wait_synced(5)
+        time.sleep(1.0)
+        count = len(lists(api))
+        assert 3 <= count <= 5
+        assert ref.stats()["resyncs"] >= 2
+    # every list is followed by a watch from its resourceVersion: no list without a watch
+    requests = pod_requests(api)
+    for i, request in enumerate(requests[:-1]):
+        if not request.is_watch:
+            assert requests[i + 1].is_watch
+
+
+def test_a_missed_delete_is_found_by_the_resync(api: FakeKubeAPI, kubeconfig: Path) -> None:
+    api.add_pod(pod("a1"))
+    api.add_pod(pod("a2"))
+    deleted: list[Pod] = []
+    with reflector(kubeconfig, resync_seconds=0.4, on_delete=deleted.append) as ref:
+        assert ref.wait_synced(5)
+        eventually(api, lambda: len(watches(api)) == 1)
+        api.stall_watches(0.3)  # the DELETED event is sent only after the resync's relist
+        time.sleep(0.05)
+        api.delete_pod("default", "a1")
+        eventually(api, lambda: names(ref) == ["a2"])
+        assert [p.name for p in deleted] == ["a1"]
+
+
+def test_deletion_events_call_on_delete(api: FakeKubeAPI, kubeconfig: Path) -> None:
+    api.add_pod(pod("a1"))
+    api.add_pod(pod("b1", node="node-b"))
+    deleted: list[Pod] = []
+    threads: set[str] = set()
+
+    def on_delete(gone: Pod) -> None:
+        threads.add(threading.current_thread().name)
+        deleted.append(gone)
+
+    with reflector(kubeconfig, on_delete=on_delete) as ref:
+        assert ref.wait_synced(5)
+        eventually(api, lambda: len(watches(api)) == 1)
+        api.delete_pod("default", "b1")  # not this node's: no event reaches us
+        api.delete_pod("default", "a1")
+        eventually(api, lambda: len(deleted) == 1)
+        assert deleted[0].uid == "uid-default-a1"
+        assert names(ref) == []
+        assert threads == {f"pod-reflector-{NODE}"}
+
+
+def test_a_failing_on_delete_does_not_stop_the_watch(api: FakeKubeAPI, kubeconfig: Path) -> None:
+    api.add_pod(pod("a1"))
+
+    def boom(gone: Pod) -> None:
+        raise RuntimeError("callback bug")
+
+    with reflector(kubeconfig, on_delete=boom) as ref:
+        assert ref.wait_synced(5)
+        eventually(api, lambda: len(watches(api)) == 1)
+        api.delete_pod("default", "a1")
+        api.add_pod(pod("a2"))
+        eventually(api, lambda: names(ref) == ["a2"])
+
+
+def test_unidentifiable_pod_makes_fetch_fail(api: FakeKubeAPI, kubeconfig: Path) -> None:
+    api.add_pod(pod("a1"))
+    with reflector(kubeconfig) as ref:
+        assert ref.wait_synced(5)
+        eventually(api, lambda: len(watches(api)) == 1)
+        broken = pod("a2")
+        del broken["metadata"]["uid"]
+        api.add_pod(broken)
+        eventually(api, lambda: ref.stats()["relists_error"] >= 1)
+        with pytest.raises(SourceError, match="cannot be trusted"):
+            ref.fetch()
+        api.delete_pod("default", "a2")
+        eventually(api, lambda: ref.stats()["lists"] >= 3)
+        eventually(api, lambda: names(ref) == ["a1"])
+
+
+def test_get_pod_is_a_live_get_not_the_cache(api: FakeKubeAPI, kubeconfig: Path) -> None:
+    api.add_pod(pod("web", namespace="shop"))
+    with reflector(kubeconfig) as ref:
+        assert ref.wait_synced(5)
+        got = ref.get_pod("shop", "web")
+        assert got is not None and got.uid == "uid-shop-web"
+        assert ref.get_pod("shop", "gone") is None
+        assert [r.path for r in api.requests if r.path.startswith("/api/v1/namespaces/")] == [
+            "/api/v1/namespaces/shop/pods/web",
+            "/api/v1/namespaces/shop/pods/gone",
+        ]
+
+
+def test_stop_returns_promptly_with_an_open_watch(api: FakeKubeAPI, kubeconfig: Path) -> None:
+    ref = reflector(kubeconfig, idle_timeout_seconds=30.0).start()
+    assert ref.wait_synced(5)
+    eventually(api, lambda: api.open_watches == 1)
+    started = time.monotonic()
+    ref.stop()
+    assert time.monotonic() - started < 2.0
