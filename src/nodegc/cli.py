@@ -96,6 +96,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="Prometheus metrics endpoint; empty to disable (default: %(default)s)")
     agent.add_argument("--max-cycles", type=int, default=0, help=argparse.SUPPRESS)
 
+    from nodegc.controller import add_controller_parser
+
+    add_controller_parser(sub, [logs])
+
     history = sub.add_parser("history", parents=[logs], help="the ledger's audit trail")
     history.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR)
     history.add_argument("--item", help="item key or part of a resource id")
@@ -203,10 +207,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     fmt = {"auto": None, "json": True, "console": False}[args.log_format]
     configure_logging(args.log_level, json_output=fmt)
-    from nodegc import commands
+    from nodegc import commands, controller
 
     handlers = {"scan": cmd_scan, "clean": commands.cmd_clean, "agent": commands.cmd_agent,
-                "history": commands.cmd_history, "explain": commands.cmd_explain}
+                "history": commands.cmd_history, "explain": commands.cmd_explain,
+                "controller": controller.cmd_controller}
     try:
         return handlers[args.command](args)
     except KeyboardInterrupt:
