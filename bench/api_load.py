@@ -47,7 +47,7 @@ def pod(name: str, node: str, serial: int) -> dict[str, Any]:
             "namespace": f"ns{serial % 5}",
             "uid": f"uid-{node}-{name}-{serial}",
             "creationTimestamp": "2024-05-01T10:00:00Z",
-            "labels": {"app": name.rsplit("-", 1)[0]},
+            "labels": {"app": name.rsplit("-", 1)[0].split("-", 2)[-1]},
         },
         "spec": {"nodeName": node, "containers": [{"name": "app", "image": "registry.example/app:1.2.3"}]},
         "status": {"phase": "Running", "podIP": f"10.{serial // 250 % 250}.{serial % 250}.2"},
@@ -65,7 +65,7 @@ class Cluster:
         self.changed: dict[str, threading.Event] = {node: threading.Event() for node in nodes}
         for node in nodes:
             for i in range(pods):
-                self._create(node, f"app{i % 20}-{i}")
+                self._create(node, f"{node}-app{i % 20}-{i}")
 
     def _create(self, node: str, name: str) -> None:
         self.serial += 1

@@ -207,9 +207,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     fmt = {"auto": None, "json": True, "console": False}[args.log_format]
     configure_logging(args.log_level, json_output=fmt)
-    from nodegc import commands, controller
+    from nodegc import agent, commands, controller
 
-    handlers = {"scan": cmd_scan, "clean": commands.cmd_clean, "agent": commands.cmd_agent,
+    handlers = {"scan": cmd_scan, "clean": commands.cmd_clean, "agent": agent.cmd_agent,
                 "history": commands.cmd_history, "explain": commands.cmd_explain,
                 "controller": controller.cmd_controller}
     try:

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -38,7 +36,7 @@ log = get_logger("nodegc.commands")
 LEDGER_FILE = "ledger.db"
 
 
-def _settings(args: argparse.Namespace, phases: PhasePolicy) -> EngineSettings:
+def engine_settings(args: argparse.Namespace, phases: PhasePolicy) -> EngineSettings:
     return EngineSettings(
         phases=phases,
         correlation=CorrelationPolicy(min_age_seconds=args.min_age),
@@ -50,7 +48,7 @@ def _settings(args: argparse.Namespace, phases: PhasePolicy) -> EngineSettings:
 
 
 @contextmanager
-def _open_ledger(path: Path | str, *, lock: bool = True) -> Iterator[Ledger]:
+def open_ledger(path: Path | str, *, lock: bool = True) -> Iterator[Ledger]:
     ledger = Ledger(path, lock=lock)
     try:
         yield ledger
@@ -67,10 +65,10 @@ def cmd_clean(args: argparse.Namespace) -> int:
     roots = roots_from_args(args)
     executor: Executor = HostExecutor(roots, timeout=args.command_timeout) if args.apply else DryRunExecutor()
     # One shot: no earlier scans to count, so K=1 and no grace; the minimum age still protects.
-    settings = _settings(args, PhasePolicy(consecutive_scans=1, grace_seconds=0))
+    settings = engine_settings(args, PhasePolicy(consecutive_scans=1, grace_seconds=0))
     where: Path | str = args.state_dir / LEDGER_FILE if args.apply else ":memory:"
     try:
-        with _open_ledger(where) as ledger:
+        with open_ledger(where) as ledger:
             engine = Engine(roots=roots, source=source_from_args(args), ledger=ledger, executor=executor,
                             settings=settings)
             report = engine.cycle()
@@ -142,65 +140,6 @@ def _owner(item: Item) -> str:
     return item.owner_uid or (f"container:{item.container_id[:12]}" if item.container_id else "(no owner)")
 
 
-# -- agent ---------------------------------------------------------------------------------------
-
-
-def cmd_agent(args: argparse.Namespace) -> int:
-    from nodegc.observe.health import HealthServer, HealthServerError, Heartbeat
-    from nodegc.observe.metrics import Metrics
-
-    roots = roots_from_args(args)
-    phases = PhasePolicy(consecutive_scans=args.consecutive_scans, grace_seconds=args.grace,
-                         per_kind=dict(args.mark_rule))
-    settings = _settings(args, phases)
-    executor: Executor = DryRunExecutor() if args.dry_run else HostExecutor(roots, timeout=args.command_timeout)
-    metrics = Metrics()
-    heartbeat = Heartbeat(args.interval)
-    server: HealthServer | None = None
-    if args.metrics_address:
-        host, _, port = args.metrics_address.rpartition(":")
-        try:
-            server = HealthServer(host or "0.0.0.0", int(port), metrics=metrics,  # noqa: S104 - a node agent's port
-                                  live=heartbeat.live, ready=heartbeat.ready).start()
-        except (HealthServerError, ValueError) as e:
-            print(f"nodegc: cannot serve metrics and health on {args.metrics_address}: {e}", file=sys.stderr)
-            return EXIT_USAGE
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    try:
-        with _open_ledger(args.state_dir / LEDGER_FILE) as ledger:
-            engine = Engine(roots=roots, source=source_from_args(args), ledger=ledger, executor=executor,
-                            settings=settings, metrics=metrics)
-            log.info("agent started", interval=args.interval, dry_run=args.dry_run, ledger=ledger.path,
-                     k=args.consecutive_scans, grace=args.grace)
-            cycles = 0
-            while not stop.is_set():
-                started = time.monotonic()
-                heartbeat.cycle_started()
-                try:
-                    report = engine.cycle()
-                    heartbeat.cycle_finished(report.blocked)
-                    log.info("cycle done", residue=sum(1 for f in report.findings if f.cls.is_residue),
-                             reclaimed=sum(1 for _, o in report.outcomes if o.ok), blocked=len(report.blocked),
-                             closed=len(report.closed), seconds=round(time.monotonic() - started, 3))
-                except LedgerError as e:
-                    heartbeat.cycle_finished(error=str(e))
-                    log.error("ledger error; nothing destructive this cycle", error=str(e))
-                cycles += 1
-                if args.max_cycles and cycles >= args.max_cycles:
-                    break
-                stop.wait(max(0.0, args.interval - (time.monotonic() - started)))
-    except LedgerLocked as e:
-        print(f"nodegc: {e}", file=sys.stderr)
-        return EXIT_BLOCKED
-    finally:
-        if server is not None:
-            server.shutdown()
-    log.info("agent stopped")
-    return EXIT_CLEAN
-
-
 # -- history and explain -------------------------------------------------------------------------
 
 
@@ -210,7 +149,7 @@ def cmd_history(args: argparse.Namespace) -> int:
         print(f"nodegc: no ledger at {path}", file=sys.stderr)
         return EXIT_USAGE
     since = time.time() - args.since if args.since else None
-    with _open_ledger(path, lock=False) as ledger:
+    with open_ledger(path, lock=False) as ledger:
         rows = ledger.history(key=args.item, kind=args.kind, owner=args.owner, since=since, limit=args.limit)
     if args.output == "json":
         sys.stdout.write(json.dumps([{
@@ -227,7 +166,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     if not path.exists():
         print(f"nodegc: no ledger at {path}", file=sys.stderr)
         return EXIT_USAGE
-    with _open_ledger(path, lock=False) as ledger:
+    with open_ledger(path, lock=False) as ledger:
         matches = [i for k, i in ledger.items().items() if k == args.item or args.item in i.resource_id]
         if len(matches) != 1:
             what = "no item matches" if not matches else f"{len(matches)} items match"
