@@ -94,14 +94,15 @@ def cmd_clean(args: argparse.Namespace) -> int:
 
 
 def _clean_doc(report: CycleReport, *, applied: bool) -> dict[str, Any]:
-    plan = [{"item": i.key, "kind": i.kind.value, "owner": _owner(i), "action": o.detail.removeprefix("dry-run: ")}
-            for i, o in report.outcomes] if not applied else [
-        {"item": i.key, "kind": i.kind.value, "owner": _owner(i)} for i, _ in report.outcomes]
-    results = [
-        {"item": i.key, "kind": i.kind.value, "ok": o.ok, "already_gone": o.already_gone, "lazy": o.lazy,
-         "identity_changed": o.identity_changed, "detail": o.detail}
-        for i, o in report.outcomes
-    ] if applied else []
+    """Dry run: the plan (what the host executor would do, in order). Applied: what each step did."""
+    steps = report.outcomes
+    plan = [] if applied else [
+        {"item": i.key, "kind": i.kind.value, "owner": _owner(i), "action": o.detail.removeprefix("dry-run: ")}
+        for i, o in steps]
+    results = [] if not applied else [
+        {"item": i.key, "kind": i.kind.value, "owner": _owner(i), "ok": o.ok, "already_gone": o.already_gone,
+         "lazy": o.lazy, "identity_changed": o.identity_changed, "detail": o.detail}
+        for i, o in steps]
     return {
         "applied": applied,
         "blocked": report.blocked,
