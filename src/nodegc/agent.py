@@ -60,21 +60,21 @@ class Wakeups:
         self.event.set()
 
     def wait(self, timeout: float, stop: threading.Event) -> None:
-        """Sleep until the interval passes, a scheduled cycle is due, or stop is set."""
+        """Sleep until the interval passes, a scheduled cycle is due, or stop is set. Every slot due by
+        now is consumed at once: a drain of 100 pods asks for a few cycles, not 300 in a row."""
         deadline = self.clock() + timeout
         while not stop.is_set():
             with self._lock:
+                self.event.clear()  # under the lock: a push after this sets it again, nothing is lost
                 now = self.clock()
-                while self._due and self._due[0] <= now:
-                    heapq.heappop(self._due)
+                if self._due and self._due[0] <= now:
+                    while self._due and self._due[0] <= now:
+                        heapq.heappop(self._due)
+                    return
+                if now >= deadline:
                     return
                 nxt = min(deadline, self._due[0]) if self._due else deadline
-            if now >= deadline:
-                return
-            self.event.clear()
-            if self.event.wait(min(nxt - now, 1.0)):
-                continue
-        return
+            self.event.wait(min(nxt - now, 1.0))
 
 
 def record_events(events: EventRecorder, node: str, report: CycleReport) -> None:

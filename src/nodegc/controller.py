@@ -119,6 +119,7 @@ class Controller:
         self.events = events
         self.sweeper = EndpointSliceSweeper(client, is_leader=self.elector.is_leader, events=events,
                                             options=settings.sweep)
+        self._last_pass_failed = False
 
     def run(self, stop: threading.Event, *, max_passes: int = 0) -> None:
         """Until `stop` is set (or `max_passes` passes): a pass every interval while leader."""
@@ -135,8 +136,10 @@ class Controller:
                 passes += 1
                 if max_passes and passes >= max_passes:
                     break
-                # A follower looks again after a retry period, so it acts soon after it takes over.
-                wait = self.settings.interval if report is not None else self.settings.lease.retry_period
+                # A follower looks again after a retry period, so it acts soon after it takes over; a leader
+                # whose pass failed waits the interval: no cluster-wide relists while the API struggles.
+                led = report is not None or self._last_pass_failed
+                wait = self.settings.interval if led else self.settings.lease.retry_period
                 stop.wait(max(0.0, wait - (time.monotonic() - started)))
         finally:
             self.elector.stop(release=True)
@@ -150,9 +153,11 @@ class Controller:
             log.debug("not the leader; waiting", holder=self.elector.observed_holder)
             return None
         started = time.monotonic()
+        self._last_pass_failed = False
         try:
             report = self.sweeper.sweep()
         except KubeError as e:
+            self._last_pass_failed = True
             self.metrics.passes.labels("failed").inc()
             log.error("pass failed; nothing was changed after the failure", error=str(e))
             return None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -72,7 +73,7 @@ def test_each_reason() -> None:
         endpoint("10.0.0.4", "moved"),
         endpoint("10.0.0.5", "live"),
     )
-    pods = (pod("replaced", "new-uid", ips=("10.0.0.2",)), pod("done", ips=("10.0.0.3",), phase="Succeeded"),
+    pods = (pod("replaced", "new-uid", ips=("10.0.0.77",)), pod("done", ips=("10.0.0.3",), phase="Succeeded"),
             pod("moved", ips=("10.0.0.99",)), pod("live"))
     assert stale_of(obj, *pods) == [
         (0, StaleReason.POD_MISSING, StaleAction.REMOVE),
@@ -228,5 +229,22 @@ def test_an_endpoint_of_a_live_pod_holding_its_address_is_never_stale(
             holds = ip in owner.pod_ips
             same = not uid or uid == owner.uid
             assert not (same and holds and owner.phase not in ("Succeeded", "Failed"))
-        assert (stale.action is StaleAction.REPORT) == (managed_by in (ENDPOINTSLICE_CONTROLLER,
-                                                                       MIRRORING_CONTROLLER))
+        if managed_by in (ENDPOINTSLICE_CONTROLLER, MIRRORING_CONTROLLER):
+            assert stale.action is StaleAction.REPORT
+        elif stale.reason in (StaleReason.POD_MISSING, StaleReason.POD_TERMINAL) or managed_by is None:
+            assert stale.action is StaleAction.REMOVE
+        else:  # another manager may publish addresses status does not show: only reported
+            assert stale.action is StaleAction.REPORT
+
+
+def test_sticky_ip_of_a_recreated_pod_is_kept_and_host_network_addresses_are_not_judged() -> None:
+    sticky = raw_slice(endpoint("10.0.0.2", "db-0", uid="old-uid"))
+    assert stale_of(sticky, pod("db-0", "new-uid", ips=("10.0.0.2",))) == []
+    host = raw_slice(endpoint("192.168.1.7", "agent"))
+    node_pod = dataclasses.replace(pod("agent", ips=("192.168.1.5",)), host_network=True)
+    assert stale_of(host, node_pod) == []
+
+
+def test_address_mismatch_on_another_managers_slice_is_only_reported() -> None:
+    obj = raw_slice(endpoint("10.1.0.9", "a"), managed_by="multus-endpointslice-controller.npwg.k8s.io")
+    assert stale_of(obj, pod("a", ips=("10.0.0.5",))) == [(0, StaleReason.ADDRESS_NOT_HELD, StaleAction.REPORT)]

@@ -198,6 +198,7 @@ class PodReflector:
 
     def _run(self) -> None:
         failures = 0
+        relists = 0  # relists in a row with no watch that worked in between: backed off after the first
         need_list = True
         next_resync = 0.0
         while not self._stopping.is_set():
@@ -213,6 +214,7 @@ class PodReflector:
                     continue
                 if self._watch(until=next_resync):
                     failures = 0
+                    relists = 0
                 else:
                     failures += 1  # ended without a single line: do not spin
                     self._backoff(failures)
@@ -220,6 +222,11 @@ class PodReflector:
                 self._count(f"relists_{e.reason}")
                 log.info("pod watch needs a relist", node=self.node, reason=e.reason, detail=str(e))
                 need_list = True
+                relists += 1
+                if relists > 1:
+                    # A watch that keeps failing right after each list (410 on every watch, a persistent
+                    # ERROR) must not turn into a list loop against the API server.
+                    self._backoff(relists - 1)
             except SourceError as e:
                 failures += 1
                 self._note_error(str(e))

@@ -169,6 +169,10 @@ class Engine:
         if age > self.settings.max_desired_age_seconds:
             self._block(report, "stale_source", f"desired state is {age:.0f}s old")
             return None
+        if age < -_CLOCK_TOLERANCE:
+            # From the future: the wall clock stepped back, so its age says nothing. Wait for fresh data.
+            self._block(report, "stale_source", f"desired state is dated {-age:.0f}s in the future")
+            return None
         return desired
 
     def _scan(self, desired: DesiredState, report: CycleReport) -> tuple[Inventory, tuple[Finding, ...]]:
@@ -348,6 +352,9 @@ def _group(item: Item) -> str:
 def _by_kind(verified: list[tuple[Item, Resource]]) -> list[tuple[Item, Resource]]:
     return sorted(verified, key=lambda pair: (_KIND_ORDER[pair[0].kind], pair[0].key))
 
+
+_CLOCK_TOLERANCE = 5.0
+"""Seconds a desired state may seem to come from the future (clock skew between threads and files)."""
 
 _KIND_ORDER = {kind: i for i, kind in enumerate((
     Kind.CNI_CACHE, Kind.IP_RESERVATION, Kind.HOSTPORT_RULE, Kind.IPTABLES_CHAIN, Kind.VETH, Kind.NETNS,

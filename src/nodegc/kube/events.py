@@ -98,6 +98,7 @@ class _Series:
     count: int = 0  # occurrences recorded
     sent: int = 0  # occurrences the server's Event already counts
     name: str | None = None  # the Event's name once created
+    written_at: float = float("-inf")  # monotonic time of the last write: the longest-waiting goes first
 
     @property
     def pending(self) -> bool:
@@ -200,7 +201,9 @@ class EventRecorder:
             self._last_flush = self._monotonic()
             report = FlushReport()
             with self._lock:
-                todo = [(key, s) for key, s in self._series.items() if s.pending]
+                # Longest unwritten first, so a steady stream of the same keys cannot starve the others.
+                todo = sorted(((key, s) for key, s in self._series.items() if s.pending),
+                              key=lambda pair: pair[1].written_at)
             for key, series in todo:
                 if not self._may_write():
                     report.deferred += 1
@@ -221,6 +224,7 @@ class EventRecorder:
                 with self._lock:
                     series.name = name
                     series.sent = max(series.sent, snapshot.count)
+                    series.written_at = self._monotonic()
             return report
 
     def _may_write(self) -> bool:

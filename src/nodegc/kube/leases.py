@@ -227,9 +227,12 @@ class LeaderElector:
         if obj is None:
             return None
         record = LeaseRecord.from_object(obj)
+        # The record may have been committed right before the GET returned: its age counts from the
+        # reply, not from the request, or a slow GET would let a takeover come early.
+        seen = max(now, self._monotonic())
         with self._lock:
             if self._observed is None or self._observed.observed_state != record.observed_state:
-                self._observed_at = now
+                self._observed_at = seen
             self._observed = record
         return record
 

@@ -157,8 +157,13 @@ def find_stale(slices: Iterable[Slice], pods: PodIndex) -> tuple[StaleEndpoint, 
     return tuple(stale for s in slices for stale in stale_in_slice(s, pods))
 
 
+# A pod that is gone or terminal is proof on any slice; an address the pod's status does not show is
+# proof only on a slice nobody manages: other managers (multus, for one) publish secondary-network
+# addresses that status.podIPs never lists.
+_PROOF_FOR_ANY_MANAGER = frozenset({StaleReason.POD_MISSING, StaleReason.POD_TERMINAL})
+
+
 def stale_in_slice(slice_: Slice, pods: PodIndex) -> tuple[StaleEndpoint, ...]:
-    action = StaleAction.REPORT if slice_.controller_managed else StaleAction.REMOVE
     found: list[StaleEndpoint] = []
     for index, endpoint in enumerate(slice_.endpoints):
         verdict = staleness(endpoint, slice_namespace=slice_.namespace, address_type=slice_.address_type,
@@ -166,6 +171,8 @@ def stale_in_slice(slice_: Slice, pods: PodIndex) -> tuple[StaleEndpoint, ...]:
         if verdict is None:
             continue
         reason, detail = verdict
+        removable = not slice_.controller_managed and (reason in _PROOF_FOR_ANY_MANAGER or not slice_.managed_by)
+        action = StaleAction.REMOVE if removable else StaleAction.REPORT
         found.append(StaleEndpoint(
             slice_namespace=slice_.namespace, slice_name=slice_.name, index=index, endpoint=endpoint,
             reason=reason, detail=detail, action=action, managed_by=slice_.managed_by,
@@ -189,11 +196,17 @@ def staleness(
     if pod is None:
         return StaleReason.POD_MISSING, f"pod {namespace}/{ref.name} does not exist"
     if ref.uid and pod.uid != ref.uid:
+        # A newer incarnation under the same name that holds the address (a sticky IP) still serves it.
+        if pod.state is not OwnerState.TERMINAL and not addresses_not_held(endpoint.addresses, pod) and any(
+                _ip(a) in {_ip(p) for p in pod.pod_ips} for a in endpoint.addresses):
+            return None
         return StaleReason.UID_CHANGED, (
             f"pod {namespace}/{ref.name} has uid {pod.uid}, the endpoint names uid {ref.uid}"
         )
     if pod.state is OwnerState.TERMINAL:
         return StaleReason.POD_TERMINAL, f"pod {namespace}/{ref.name} is {pod.phase}"
+    if pod.host_network:
+        return None  # its endpoint may use any address of the node, not only the one in status
     if address_type in IP_ADDRESS_TYPES and addresses_not_held(endpoint.addresses, pod):
         return StaleReason.ADDRESS_NOT_HELD, (
             f"pod {namespace}/{ref.name} holds {', '.join(pod.pod_ips)}, "

@@ -1,0 +1,67 @@
+"""The controller never removes an endpoint of a live pod: secondary-network addresses of other managers, hostNetwork pods, and sticky IPs of a recreated pod."""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.api.fakeapi import FakeKubeAPI
+from tests.api.test_controller import Replica, endpoint, endpointslice, pod, service, slice_addresses
+
+MULTUS = "multus-endpointslice-controller.npwg.k8s.io"
+
+
+@pytest.fixture
+def api() -> Iterator[FakeKubeAPI]:
+    with FakeKubeAPI() as server:
+        yield server
+
+
+@pytest.fixture
+def kubeconfig(api: FakeKubeAPI, tmp_path: Path) -> Path:
+    return api.write_kubeconfig(tmp_path / "kubeconfig")
+
+
+def run_pass(kubeconfig: Path) -> Any:
+    r = Replica(kubeconfig, "r1")
+    try:
+        assert r.elector.try_acquire_or_renew()
+        return r.controller.run_once()
+    finally:
+        r.close()
+
+
+def test_multus_secondary_network_endpoint_of_a_live_pod_is_kept(api: FakeKubeAPI, kubeconfig: Path) -> None:
+    # multus-service writes slices whose addresses are the pods' net1 IPs (not in status.podIPs)
+    api.add("services", service())
+    api.add_pod(pod("live", "10.244.1.5"))
+    api.add("endpointslices", endpointslice("api-net1", endpoint("192.168.100.5", "live"), managed_by=MULTUS))
+    report = run_pass(kubeconfig)
+    assert report is not None
+    assert [s.reason.value for s in report.removed] == []
+    assert slice_addresses(api, "api-net1") == ["192.168.100.5"]
+
+
+def test_host_network_pod_on_another_node_address_is_kept(api: FakeKubeAPI, kubeconfig: Path) -> None:
+    # hostNetwork pod: status.podIPs is the node's InternalIP; the endpoint uses another address of the node
+    api.add("services", service())
+    p = pod("hostnet", "10.0.0.11")
+    p["spec"]["hostNetwork"] = True
+    api.add_pod(p)
+    api.add("endpointslices", endpointslice("api-manual", endpoint("10.1.0.11", "hostnet")))
+    report = run_pass(kubeconfig)
+    assert report is not None
+    assert slice_addresses(api, "api-manual") == ["10.1.0.11"]
+
+
+def test_recreated_pod_that_holds_the_same_address_keeps_its_endpoint(api: FakeKubeAPI, kubeconfig: Path) -> None:
+    # StatefulSet pod recreated under the same name with a sticky IP (Calico/Kube-OVN fixed IPs);
+    # the endpoint still routes to a live pod, only its targetRef.uid is old.
+    api.add("services", service())
+    api.add_pod(pod("db-0", "10.0.0.9", uid="uid-new"))
+    api.add("endpointslices", endpointslice("db-manual", endpoint("10.0.0.9", "db-0", uid="uid-old")))
+    report = run_pass(kubeconfig)
+    assert report is not None
+    assert slice_addresses(api, "db-manual") == ["10.0.0.9"]
