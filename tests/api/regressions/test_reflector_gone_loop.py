@@ -21,6 +21,5 @@ def test_repeated_410_relists_back_off(tmp_path: Path) -> None:
             time.sleep(2.0)
             stats = ref.stats()
         n = len(lists(api))
-        print("lists in 2s:", n, stats)
         # with a backoff starting at 0.2 s and doubling, a handful of lists fit in 2 s
         assert n <= 6, f"{n} full lists of node {NODE}'s pods in 2 s: no backoff between 410 relists"
