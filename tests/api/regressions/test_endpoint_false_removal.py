@@ -1,4 +1,5 @@
-"""The controller never removes an endpoint of a live pod: secondary-network addresses of other managers, hostNetwork pods, and sticky IPs of a recreated pod."""
+"""The controller never removes an endpoint of a live pod: secondary-network addresses of other
+managers, hostNetwork pods, and sticky IPs of a recreated pod."""
 from __future__ import annotations
 
 from collections.abc import Iterator
