@@ -19,7 +19,6 @@ def test_repeated_410_relists_back_off(tmp_path: Path) -> None:
         with reflector(kubeconfig, retry_seconds=0.2, max_retry_seconds=2.0) as ref:
             assert ref.wait_synced(5)
             time.sleep(2.0)
-            stats = ref.stats()
         n = len(lists(api))
         # with a backoff starting at 0.2 s and doubling, a handful of lists fit in 2 s
         assert n <= 6, f"{n} full lists of node {NODE}'s pods in 2 s: no backoff between 410 relists"
