@@ -10,8 +10,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from nodegc.inventory.iptables import PER_CONTAINER_CHAIN, parse_iptables_save, read_iptables_save, tokenize
+from nodegc.inventory.iptables import (
+    PER_CONTAINER_CHAIN,
+    parse_iptables_save,
+    read_iptables_save,
+    tokenize,
+    tokenize_quoted,
+)
 
 FIXTURE = Path(__file__).parent / "fixtures" / "iptables_portmap.txt"
 NET = "k8s-pod-network"
@@ -297,3 +305,21 @@ def test_tokenize_is_linear_on_hostile_lines() -> None:
     for line in ['-A X "abc', "-A X " + "a" * 20000 + ' "abc def', '"' * 30001, "-A " + 'x"y' * 5000 + '"']:
         with pytest.raises(ValueError, match="unterminated quote"):
             tokenize(line)
+
+
+_CHARS = st.sampled_from(['"', "\\", " ", "a", "-", "x", ":", "\t"])
+
+
+@settings(max_examples=500, deadline=None)
+@given(before=st.text(_CHARS, max_size=12), comment=st.text(_CHARS, max_size=12), after=st.text(_CHARS, max_size=12))
+def test_comment_fast_path_splits_like_the_general_tokenizer(before: str, comment: str, after: str) -> None:
+    line = f'-A X {before} --comment "{comment}" {after}'
+    try:
+        expected: list[str] | str = tokenize_quoted(line)
+    except ValueError as e:
+        expected = str(e)
+    try:
+        got: list[str] | str = tokenize(line)
+    except ValueError as e:
+        got = str(e)
+    assert got == expected

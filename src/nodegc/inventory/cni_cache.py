@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import ipaddress
 import json
 import os
@@ -78,11 +79,16 @@ def _cni_args(raw: object) -> tuple[tuple[str, str], ...]:
     return tuple(pairs)
 
 
+@functools.lru_cache(maxsize=65536)
+def _interface_ip(value: str) -> str:
+    return str(ipaddress.ip_interface(value).ip)
+
+
 def _address(value: object) -> str:
     if not isinstance(value, str):
         raise ValueError(f"result address {value!r} is not a string")
     try:
-        return str(ipaddress.ip_interface(value).ip)
+        return _interface_ip(value)
     except ValueError as e:
         raise ValueError(f"result address {value!r} is not an IP address") from e
 

@@ -8,6 +8,7 @@ planted symlink or a huge file can neither lead the reader outside the data dir 
 from __future__ import annotations
 
 import errno
+import functools
 import ipaddress
 import os
 import stat
@@ -98,11 +99,18 @@ def parse_reservation(content: bytes) -> tuple[str | None, str | None, bool]:
     if not container_id:
         raise ValueError("empty container id")
     for value in lines:
-        if any(c.isspace() or not c.isprintable() for c in value):
+        # isprintable() is false for every space but " ": together, no blank or control character at all.
+        if not value.isprintable() or " " in value:
             raise ValueError(f"unexpected characters in {value!r}")
     if len(lines) == 2:
         return container_id, lines[1], False
     return container_id, None, True
+
+
+@functools.lru_cache(maxsize=65536)
+def normalized_ip(text: str) -> str:
+    """str(ip_address(text)), remembered: a node's few thousand addresses come back every scan."""
+    return str(ipaddress.ip_address(text))
 
 
 def list_top_dir(path: str, *, kind: Kind) -> tuple[list[os.DirEntry[str]], ReadProblem | None]:
@@ -137,7 +145,7 @@ def _scan_network(net: os.DirEntry[str], problems: list[ReadProblem]) -> list[IP
         if _skipped(entry.name):
             continue
         try:
-            ip = str(ipaddress.ip_address(entry.name))
+            ip = normalized_ip(entry.name)
         except ValueError:
             problems.append(ReadProblem(Kind.IP_RESERVATION, entry.path, "file name is not an IP address"))
             continue

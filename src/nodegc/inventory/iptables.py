@@ -132,13 +132,37 @@ _QUOTED = re.compile(r'"((?:[^"\\]|\\.)*)"')
 _ESCAPE = re.compile(r"\\(.)")
 
 
+# The one quoted token CNI rules carry is the comment; the rest of such a line splits on blanks.
+_COMMENT = re.compile(r'(?:^|\s)--comment\s+"((?:[^"\\]|\\.)*)"(?=\s|$)')
+
+
 def tokenize(line: str) -> list[str]:
     """Split a rule the way iptables-restore does: double quotes group, backslash escapes inside them."""
     if '"' not in line:
         return line.split()  # most rules: no quoting, and the scan parses thousands of them
+    m = _COMMENT.search(line)
+    if m is not None:
+        before, after = line[:m.start()], line[m.end():]
+        if '"' not in before and '"' not in after:
+            inner = m.group(1)
+            comment = _ESCAPE.sub(_first_group, inner) if "\\" in inner else inner
+            return [*before.split(), "--comment", comment, *after.split()]
+    return tokenize_quoted(line)
+
+
+def tokenize_quoted(line: str) -> list[str]:
+    """The general path: any number of quoted tokens, anywhere."""
     if _LINE.fullmatch(line) is None:
         raise ValueError("unterminated quote")
-    return [_QUOTED.sub(lambda m: _ESCAPE.sub(r"\1", m.group(1)), tok) for tok in _TOKENS.findall(line)]
+    return [_QUOTED.sub(_unquote, tok) if '"' in tok else tok for tok in _TOKENS.findall(line)]
+
+
+def _unquote(m: re.Match[str]) -> str:
+    return _ESCAPE.sub(_first_group, m.group(1))
+
+
+def _first_group(m: re.Match[str]) -> str:
+    return m.group(1)
 
 
 def _chains_of(table: _Table, skipped: list[str]) -> list[IptablesChain]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -15,11 +16,12 @@ from nodegc.inventory.links import scan_veths
 from nodegc.inventory.mounting import read_mounts
 from nodegc.inventory.netns import NetnsReadError, read_netns_addresses, scan_netns
 from nodegc.inventory.pod_dirs import scan_pod_dirs
-from nodegc.model.resources import Inventory, Kind, NetnsEntry, ReadProblem
+from nodegc.model.resources import HostportRule, Inventory, IptablesChain, Kind, NetnsEntry, ReadProblem
 from nodegc.observe.logs import get_logger
 from nodegc.settings import Roots, ScanOptions
 
 log = get_logger(__name__)
+_Rules = tuple[tuple[IptablesChain, ...], tuple[HostportRule, ...], tuple[ReadProblem, ...]]
 
 
 def _utcnow() -> datetime:
@@ -35,8 +37,29 @@ def scan_node(
     options = options or ScanOptions()
     taken_at = now()
     started = time.monotonic()
-    problems: list[ReadProblem] = []
 
+    # iptables-save runs in its own processes: start it first and read the files while it works.
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="iptables-save") as pool:
+        rules_read = pool.submit(scan_iptables, net_ns=roots.net_ns, commands=options.iptables_save,
+                                 timeout=options.command_timeout)
+        inventory = _read_host(roots, taken_at, rules_read)
+    log.debug(
+        "node scanned",
+        seconds=round(time.monotonic() - started, 4),
+        pod_dirs=len(inventory.pod_dirs),
+        mounts=len(inventory.mounts),
+        ip_reservations=len(inventory.ip_reservations),
+        cni_cache=len(inventory.cni_cache),
+        netns=len(inventory.netns),
+        veths=len(inventory.veths),
+        chains=len(inventory.chains),
+        problems=len(inventory.problems),
+    )
+    return inventory
+
+
+def _read_host(roots: Roots, taken_at: datetime, rules_read: Future[_Rules]) -> Inventory:
+    problems: list[ReadProblem] = []
     mounts, found = read_mounts(roots.proc_root)
     problems += found
     pod_dirs, found = scan_pod_dirs(roots.kubelet_root, mounts)
@@ -51,12 +74,10 @@ def scan_node(
     problems += unread
     veths, found = scan_veths(netns_entries=netns, net_ns=roots.net_ns)
     problems += found
-    chains, rules, found = scan_iptables(
-        net_ns=roots.net_ns, commands=options.iptables_save, timeout=options.command_timeout
-    )
+    chains, rules, found = rules_read.result()
     problems += found
 
-    inventory = Inventory(
+    return Inventory(
         taken_at=taken_at,
         pod_dirs=pod_dirs,
         mounts=mounts,
@@ -68,19 +89,6 @@ def scan_node(
         hostport_rules=rules,
         problems=tuple(problems),
     )
-    log.debug(
-        "node scanned",
-        seconds=round(time.monotonic() - started, 4),
-        pod_dirs=len(pod_dirs),
-        mounts=len(mounts),
-        ip_reservations=len(reservations),
-        cni_cache=len(cache),
-        netns=len(netns),
-        veths=len(veths),
-        chains=len(chains),
-        problems=len(problems),
-    )
-    return inventory
 
 
 def _basename(path: str) -> str:

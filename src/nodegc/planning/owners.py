@@ -6,6 +6,7 @@ without status IPs, or two claimants never make a resource look free.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import ipaddress
 from collections import defaultdict
@@ -26,6 +27,7 @@ def cni_chain_name(network: str, container_id: str, prefix: str = "") -> str:
     return head + digest[: _CHAIN_NAME_MAX - len(head)]
 
 
+@functools.lru_cache(maxsize=65536)
 def normalize_ip(text: str) -> str | None:
     try:
         return str(ipaddress.ip_address(text.split("/", 1)[0]))
