@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -217,4 +218,28 @@ def test_crash_after_del_then_ip_reused_is_never_released(sandbox_node: SandboxN
     done = subprocess.run(_clean_argv(node, state), capture_output=True, timeout=300, check=False)
     assert done.returncode == 0, done.stdout.decode()[-3000:]
     assert owned_by(node, {new.uid}) == before
+    assert residue(node) == []
+
+
+def test_a_del_that_keeps_failing_falls_back_to_direct_reclaim(sandbox_node: SandboxNode, tmp_path: Path) -> None:
+    node = sandbox_node
+    node.add_pod("live")
+    gone = node.add_pod("gone")
+    node.delete_without_cni_del(gone)
+    # The CNI plugins the sandbox was made with are gone (uninstalled, renamed): every DEL fails.
+    (tmp_path / "no-plugins").mkdir()
+    roots = dataclasses.replace(node.roots, cni_bin_dirs=(tmp_path / "no-plugins",))
+    clock = [datetime.now(UTC).timestamp()]
+    settings = dataclasses.replace(ONE_SHOT, max_desired_age_seconds=1e6)
+    with Ledger(tmp_path / "ledger.db") as ledger:
+        source = SnapshotSource(node.write_snapshot(node.root / "pods.json"), node.node_name)
+        eng = Engine(roots=roots, source=source, ledger=ledger, executor=HostExecutor(roots),
+                     settings=settings, clock=lambda: clock[0])
+        details = []
+        for _ in range(4):
+            report = eng.cycle()
+            details += [o.detail for i, o in report.outcomes if i.kind.value == "cni_cache"]
+            clock[0] += 700  # past the backoff
+        assert any("CNI DEL failed" in d for d in details)
+        assert any("reclaimed directly" in d for d in details)
     assert residue(node) == []

@@ -356,7 +356,9 @@ def _by_kind(verified: list[tuple[Item, Resource]]) -> list[tuple[Item, Resource
 _CLOCK_TOLERANCE = 5.0
 """Seconds a desired state may seem to come from the future (clock skew between threads and files)."""
 
+# CNI DEL first (Debian's bridge plugin fails DEL when its chain is already gone), then what DEL left:
+# rules, the veth, the netns, and the IP last, once nothing can still carry it.
 _KIND_ORDER = {kind: i for i, kind in enumerate((
-    Kind.CNI_CACHE, Kind.IP_RESERVATION, Kind.HOSTPORT_RULE, Kind.IPTABLES_CHAIN, Kind.VETH, Kind.NETNS,
+    Kind.CNI_CACHE, Kind.HOSTPORT_RULE, Kind.IPTABLES_CHAIN, Kind.VETH, Kind.NETNS, Kind.IP_RESERVATION,
     Kind.VOLUME_MOUNT, Kind.POD_DIR,
 ))}

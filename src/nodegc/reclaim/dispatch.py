@@ -7,6 +7,7 @@ persists it before the next item is touched.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -23,11 +24,16 @@ from nodegc.model.resources import (
     VethLink,
     VolumeDir,
 )
+from nodegc.observe.logs import get_logger
 from nodegc.planning.phases import Resource
 from nodegc.reclaim.outcomes import Outcome
 from nodegc.settings import Roots
 
+log = get_logger("nodegc.reclaim")
+
 Batch = Sequence[tuple[Item, Resource]]
+DEL_ATTEMPTS_BEFORE_DIRECT = 3
+"""CNI DEL failures of one sandbox before its parts are reclaimed without the plugins."""
 OnOutcome = Callable[[Item, Outcome], None]
 
 
@@ -90,6 +96,8 @@ class _HostRun:
         self.failed_del: set[str] = set()
         self.results: dict[str, list[bool]] = {}
         self.deleted: list[tuple[Item, CNICacheEntry]] = []
+        self.direct: set[str] = set()
+        """Sandboxes reclaimed without a successful DEL (it kept failing)."""
 
     def report(self, item: Item, outcome: Outcome) -> None:
         if item.container_id:
@@ -129,8 +137,17 @@ class _HostRun:
         if outcome.ok and not outcome.already_gone:
             self.deleted.append((item, entry))
             return
-        if not outcome.ok and item.container_id:
-            self.failed_del.add(item.container_id)
+        if not outcome.ok and item.container_id and not outcome.identity_changed:
+            if item.attempts + 1 < DEL_ATTEMPTS_BEFORE_DIRECT:
+                self.failed_del.add(item.container_id)
+            else:
+                # DEL keeps failing (e.g. the bridge plugin fails when its chain is already gone): reclaim the
+                # sandbox's parts directly, as for one without a cache entry, and drop the entry last.
+                log.warning("CNI DEL keeps failing; reclaiming the sandbox directly", item=item.key,
+                            attempts=item.attempts + 1, error=outcome.detail)
+                self.direct.add(entry.container_id)
+                self.deleted.append((item, entry))
+                return
         self.on_outcome(item, outcome)
 
     def reclaim(self, resource: Resource) -> Outcome:
@@ -178,4 +195,7 @@ class _HostRun:
             fault_point("before_clean:cni_cache_file")
             outcome = remove_cache_entry(entry)
             fault_point("after_clean:cni_cache")
+            if entry.container_id in self.direct:
+                outcome = dataclasses.replace(
+                    outcome, detail=f"CNI DEL kept failing; the sandbox was reclaimed directly: {outcome.detail}")
             self.on_outcome(item, outcome)
