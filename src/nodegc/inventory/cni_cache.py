@@ -16,7 +16,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from nodegc.inventory.cni_ipam import FileReadError, list_top_dir, read_small_file, symlink_reason
+from nodegc.inventory.cni_ipam import FileReadError, list_top_dir, read_small_file
+from nodegc.inventory.reasons import symlink_reason
 from nodegc.model.resources import CNICacheEntry, Kind, ReadProblem
 
 CACHE_KIND = "cniCacheV1"

@@ -15,6 +15,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from nodegc.inventory.reasons import os_reason, symlink_reason
 from nodegc.model.resources import IPReservation, Kind, ReadProblem
 
 MAX_RESERVATION_BYTES = 4096
@@ -31,18 +32,6 @@ class SmallFile:
     content: bytes
     inode: int
     mtime: float
-
-
-def os_reason(e: OSError) -> str:
-    return f"{e.strerror or type(e).__name__} (errno {e.errno})" if e.errno else str(e)
-
-
-def symlink_reason(path: str) -> str:
-    try:
-        target = os.readlink(path)
-    except OSError as e:
-        return f"symlink (target unreadable: {os_reason(e)}), not followed"
-    return f"symlink to {target}, not followed"
 
 
 def read_small_file(path: str, *, limit: int) -> SmallFile:

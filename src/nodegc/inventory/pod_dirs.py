@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nodegc.inventory.mounting import MountIndex
+from nodegc.inventory.reasons import os_reason, symlink_reason
 from nodegc.model.resources import Kind, Mount, PodDir, ReadProblem, VolumeDir
 
 # Pod UIDs are UUIDs for API pods and hex hashes for static pods; allow a little more, never path syntax.
@@ -38,7 +39,7 @@ class _Scan:
             with os.scandir(path) as it:
                 found = list(it)
         except OSError as e:
-            self.problem(path, _os_reason(e), kind=kind)
+            self.problem(path, os_reason(e), kind=kind)
             return iter(())
         return iter(sorted(found, key=lambda e: e.name))
 
@@ -46,12 +47,12 @@ class _Scan:
         """True for a real directory; a symlink or anything else is reported and not entered."""
         try:
             if entry.is_symlink():
-                self.problem(entry.path, _symlink_reason(entry.path), kind=kind)
+                self.problem(entry.path, symlink_reason(entry.path), kind=kind)
                 return False
             if entry.is_dir(follow_symlinks=False):
                 return True
         except OSError as e:
-            self.problem(entry.path, _os_reason(e), kind=kind)
+            self.problem(entry.path, os_reason(e), kind=kind)
             return False
         self.problem(entry.path, "not a directory", kind=kind)
         return False
@@ -74,25 +75,13 @@ class _Scan:
             try:
                 is_link = entry.is_symlink()
             except OSError as e:
-                self.problem(entry.path, _os_reason(e), kind=kind)
+                self.problem(entry.path, os_reason(e), kind=kind)
                 continue
             if is_link:
-                self.problem(entry.path, _symlink_reason(entry.path), kind=kind)
+                self.problem(entry.path, symlink_reason(entry.path), kind=kind)
             else:
                 found.append(entry)
         return found
-
-
-def _os_reason(e: OSError) -> str:
-    return f"{e.strerror or type(e).__name__} (errno {e.errno})" if e.errno else str(e)
-
-
-def _symlink_reason(path: str) -> str:
-    try:
-        target = os.readlink(path)
-    except OSError as e:
-        return f"symlink (target unreadable: {_os_reason(e)}), not followed"
-    return f"symlink to {target}, not followed"
 
 
 def _is_utf8(name: str) -> bool:
@@ -169,7 +158,7 @@ def _pod(scan: _Scan, entry: os.DirEntry[str]) -> PodDir | None:
     try:
         st = entry.stat(follow_symlinks=False)
     except OSError as e:
-        scan.problem(entry.path, _os_reason(e))
+        scan.problem(entry.path, os_reason(e))
         return None
     volumes: list[VolumeDir] = []
     plugin_dirs: list[str] = []
@@ -203,11 +192,11 @@ def _pod(scan: _Scan, entry: os.DirEntry[str]) -> PodDir | None:
 def _regular_file(scan: _Scan, entry: os.DirEntry[str]) -> bool:
     try:
         if entry.is_symlink():
-            scan.problem(entry.path, _symlink_reason(entry.path))
+            scan.problem(entry.path, symlink_reason(entry.path))
             return False
         return entry.is_file(follow_symlinks=False)
     except OSError as e:
-        scan.problem(entry.path, _os_reason(e))
+        scan.problem(entry.path, os_reason(e))
         return False
 
 
@@ -227,9 +216,9 @@ def scan_pod_dirs(
     except FileNotFoundError:
         return (), ()
     except OSError as e:
-        return (), (ReadProblem(Kind.POD_DIR, pods_path, _os_reason(e)),)
+        return (), (ReadProblem(Kind.POD_DIR, pods_path, os_reason(e)),)
     if stat.S_ISLNK(mode):
-        return (), (ReadProblem(Kind.POD_DIR, pods_path, _symlink_reason(pods_path)),)
+        return (), (ReadProblem(Kind.POD_DIR, pods_path, symlink_reason(pods_path)),)
     if not stat.S_ISDIR(mode):
         return (), (ReadProblem(Kind.POD_DIR, pods_path, "not a directory"),)
     pods = [pod for entry in scan.entries(pods_path) if (pod := _pod(scan, entry)) is not None]
