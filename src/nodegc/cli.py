@@ -57,7 +57,8 @@ def _add_source_flags(p: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="nodegc", description=__doc__)
     parser.add_argument("--version", action="version", version=f"nodegc {__version__}")
-    parser.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
+    parser.add_argument("--log-level", default=None, choices=["debug", "info", "warning", "error"],
+                        help="default: info for agent and controller (their audit trail), warning otherwise")
     parser.add_argument("--log-format", default="auto", choices=["auto", "json", "console"])
     # The logging flags are accepted after the subcommand too; there they override the global ones.
     logs = argparse.ArgumentParser(add_help=False)
@@ -206,7 +207,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     fmt = {"auto": None, "json": True, "console": False}[args.log_format]
-    configure_logging(args.log_level, json_output=fmt)
+    level = args.log_level or ("info" if args.command in ("agent", "controller") else "warning")
+    configure_logging(level, json_output=fmt)
     from nodegc import agent, commands, controller
 
     handlers = {"scan": cmd_scan, "clean": commands.cmd_clean, "agent": agent.cmd_agent,

@@ -40,10 +40,8 @@ AGENT_RULES = [
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
 ]
 CONTROLLER_RULES = [
-    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
-    {"apiGroups": [""], "resources": ["services"], "verbs": ["get", "list", "watch"]},
-    {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"],
-     "verbs": ["get", "list", "watch", "patch", "update"]},
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]},
+    {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["get", "list", "patch"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
 ]
 LEADER_ELECTION_RULES = [

@@ -149,3 +149,10 @@ def test_exclusive_volume_in_two_live_pods_is_conflict() -> None:
 def test_chain_name_matches_bridge_plugin() -> None:
     # Observed from the bridge plugin: network k8s-pod-network, container abc123.
     assert cni_chain_name("k8s-pod-network", "abc123") == "CNI-168710c2ae5f690fed46841c"
+
+
+def test_volumes_of_a_pod_newer_than_the_pod_list_are_protected() -> None:
+    young = pod_dir("u-new", mounted=True, mtime=NOW.timestamp() - 2)
+    f = run(Inventory(taken_at=NOW, pod_dirs=(young,)))
+    assert classes(f, Kind.POD_DIR) == [FindingClass.PROTECTED]
+    assert classes(f, Kind.VOLUME_MOUNT) == [FindingClass.PROTECTED]

@@ -286,8 +286,9 @@ class Engine:
             log_fn("reclaim", item=item.key, kind=item.kind.value, result=result, detail=outcome.detail,
                    lazy=outcome.lazy, owner_uid=item.owner_uid, owner=f"{item.owner_namespace}/{item.owner_name}")
 
-        self.executor.execute([(dataclasses.replace(i, phase=Phase.TERMINATING), r) for i, r in verified],
-                              on_outcome=on_outcome)
+        if self.executor.destructive:
+            verified = [(dataclasses.replace(i, phase=Phase.TERMINATING), r) for i, r in verified]
+        self.executor.execute(verified, on_outcome=on_outcome)
 
     def _confirm(self, verified: list[tuple[Item, Resource]], report: CycleReport) -> None:
         """Only a confirmed absence closes an item; a rescan of the host decides."""
@@ -323,7 +324,9 @@ class Engine:
                          reason=t.reason)
 
     def _checkpoint(self, verified: list[tuple[Item, Resource]], now: float) -> list[tuple[Item, Resource]]:
-        """Every verified item is written TERMINATING before any executor runs."""
+        """Every verified item is written TERMINATING before a destructive executor runs."""
+        if not self.executor.destructive:
+            return verified
         self._persist([
             Transition(dataclasses.replace(item, phase=Phase.TERMINATING), item.phase, "re-verified; reclaiming")
             for item, _ in verified if item.phase is not Phase.TERMINATING

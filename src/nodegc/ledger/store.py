@@ -174,8 +174,9 @@ class Ledger:
             args.append(since)
         # The clauses are the fixed strings above; every value is a bound parameter.
         where = (" WHERE " + " AND ".join(clauses)) if clauses else ""
-        rows = self.db.execute(_SELECT_HISTORY + where + " ORDER BY id LIMIT ?", [*args, limit])
-        return [HistoryRow(*r) for r in rows]
+        # The newest `limit` rows, oldest first: an audit trail is read forward, but the recent end matters.
+        rows = self.db.execute(_SELECT_HISTORY + where + " ORDER BY id DESC LIMIT ?", [*args, limit])
+        return [HistoryRow(*r) for r in reversed(rows.fetchall())]
 
 
 def _take_lock(path: Path) -> int:

@@ -142,6 +142,9 @@ class _Correlator:
             vev = (*res.evidence, what)
             # Terminal pods no longer use volumes: the kubelet tears them down at termination.
             vcls = FindingClass.ORPHANED_VOLUME_MOUNT if res.state in _GONE else FindingClass.IN_USE
+            if vcls.is_residue and self._young(pod_dir.mtime):
+                # A mount carries no age; a pod newer than the pod list has a young directory.
+                vcls, vev = FindingClass.PROTECTED, (*vev, "pod directory " + self._age_note(pod_dir.mtime))
             self._add(Finding(vcls, Kind.VOLUME_MOUNT, volume.path, res.owner, res.state, vev))
 
     def _volume_conflicts(self) -> None:

@@ -38,6 +38,9 @@ OnOutcome = Callable[[Item, Outcome], None]
 
 
 class Executor(Protocol):
+    destructive: bool
+    """False for an executor that changes nothing: the engine then writes no checkpoint for it."""
+
     def execute(self, batch: Batch, *, on_outcome: OnOutcome) -> None: ...
 
 
@@ -46,6 +49,7 @@ class DryRunExecutor:
     """Does nothing and records what the host executor would have done, in the same order."""
 
     actions: list[str] = field(default_factory=list)
+    destructive: bool = False
 
     def execute(self, batch: Batch, *, on_outcome: OnOutcome) -> None:
         for item, resource in batch:
@@ -80,6 +84,7 @@ class HostExecutor:
     roots: Roots
     timeout: float = 30.0
     unmount_timeout: float = 10.0
+    destructive: bool = True
 
     def execute(self, batch: Batch, *, on_outcome: OnOutcome) -> None:
         _HostRun(self, on_outcome).run(batch)

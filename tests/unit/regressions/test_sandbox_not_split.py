@@ -48,6 +48,7 @@ class Source:
 @dataclasses.dataclass
 class Executor:
     world: World
+    destructive: bool = True
 
     def execute(self, batch: Batch, *, on_outcome: OnOutcome) -> None:
         for item, res in batch:
