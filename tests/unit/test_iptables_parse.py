@@ -323,3 +323,10 @@ def test_comment_fast_path_splits_like_the_general_tokenizer(before: str, commen
     except ValueError as e:
         got = str(e)
     assert got == expected
+
+
+def test_a_missing_optional_tool_is_no_problem_but_a_missing_required_one_is() -> None:
+    missing = "nodegc-no-such-iptables-save"
+    assert read_iptables_save(commands=(missing,), optional={missing}) == ("", ())
+    text, problems = read_iptables_save(commands=(missing,), optional=())
+    assert text == "" and len(problems) == 1 and "not found" in problems[0].reason

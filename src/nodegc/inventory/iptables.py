@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -222,11 +222,18 @@ def _hostport_rules_of(table: _Table, chains: dict[str, IptablesChain]) -> list[
     return out
 
 
+OPTIONAL_COMMANDS = frozenset({"ip6tables-save"})
+"""A node without the IPv6 tool has no IPv6 rules nodegc could see or remove: its absence is no problem
+(a problem would keep every chain item of the node from ever being confirmed absent)."""
+_NOT_FOUND_EXIT = 127
+
+
 def read_iptables_save(
     *,
     commands: Sequence[str] = ("iptables-save", "ip6tables-save"),
     net_ns: Path | None = None,
     timeout: float = 30.0,
+    optional: Collection[str] = OPTIONAL_COMMANDS,
 ) -> tuple[str, tuple[ReadProblem, ...]]:
     """The concatenated dumps; a command that is missing, fails or hangs is a problem, not an abort.
 
@@ -240,7 +247,8 @@ def read_iptables_save(
         try:
             proc = subprocess.run(argv, capture_output=True, timeout=timeout, check=False)
         except FileNotFoundError as e:
-            problems.append(ReadProblem(Kind.IPTABLES_CHAIN, where, f"not found: {e.filename or argv[0]}"))
+            if cmd not in optional:
+                problems.append(ReadProblem(Kind.IPTABLES_CHAIN, where, f"not found: {e.filename or argv[0]}"))
             continue
         except subprocess.TimeoutExpired:
             problems.append(ReadProblem(Kind.IPTABLES_CHAIN, where, f"timed out after {timeout}s"))
@@ -248,6 +256,8 @@ def read_iptables_save(
         except OSError as e:
             problems.append(ReadProblem(Kind.IPTABLES_CHAIN, where, f"cannot run: {e.strerror or e}"))
             continue
+        if proc.returncode == _NOT_FOUND_EXIT and net_ns is not None and cmd in optional:
+            continue  # nsenter could not find the optional tool
         if proc.returncode != 0:
             err = proc.stderr.decode("utf-8", "replace").strip().splitlines()
             detail = _shown(err[0]) if err else "no error output"
