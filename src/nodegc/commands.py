@@ -24,6 +24,7 @@ from nodegc.cli import (
 )
 from nodegc.engine.cycle import CycleReport, Engine, EngineSettings
 from nodegc.ledger.store import Ledger, LedgerError, LedgerLocked
+from nodegc.model.findings import Owner
 from nodegc.model.items import Item, Phase
 from nodegc.observe.logs import get_logger
 from nodegc.planning.correlate import CorrelationPolicy
@@ -136,9 +137,8 @@ def _clean_table(doc: dict[str, Any]) -> str:
 
 
 def _owner(item: Item) -> str:
-    if item.owner_namespace and item.owner_name:
-        return f"{item.owner_namespace}/{item.owner_name}"
-    return item.owner_uid or (f"container:{item.container_id[:12]}" if item.container_id else "(no owner)")
+    return Owner(uid=item.owner_uid, namespace=item.owner_namespace, name=item.owner_name,
+                 container_id=item.container_id).label()
 
 
 # -- history and explain -------------------------------------------------------------------------

@@ -26,3 +26,8 @@ class ScanOptions:
     min_age_seconds: float = 60.0
     """Resources younger than this are protected: the creation race (reservation before pod status)."""
     extra: dict[str, str] = field(default_factory=dict)
+
+
+def in_net_ns(argv: list[str], net_ns: Path | None) -> list[str]:
+    """The command run in `net_ns` (through nsenter), or as it is when None: the namespace nodegc runs in."""
+    return argv if net_ns is None else ["nsenter", f"--net={net_ns}", *argv]

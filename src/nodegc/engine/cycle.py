@@ -20,7 +20,7 @@ from nodegc.inventory.scanning import scan_node
 from nodegc.ledger.store import Ledger
 from nodegc.model.findings import Finding, FindingClass
 from nodegc.model.items import Item, Phase
-from nodegc.model.pods import DesiredState, OwnerState
+from nodegc.model.pods import DesiredState, OwnerState, Pod
 from nodegc.model.resources import Inventory, Kind
 from nodegc.observe.logs import get_logger
 from nodegc.planning.correlate import CorrelationPolicy, correlate
@@ -204,6 +204,8 @@ class Engine:
         current = resources(inventory)
         verified: list[tuple[Item, Resource]] = []
         unreadable = frozenset(p.kind for p in inventory.problems)
+        fetched: dict[tuple[str, str], Pod | None] = {}
+        """One live GET per owner pod this pass, not one per item: a sandbox has half a dozen items."""
         groups: dict[str, list[Item]] = {}
         for item in sorted(candidates, key=lambda i: (_KIND_ORDER[i.kind], i.key)):
             groups.setdefault(_group(item), []).append(item)
@@ -219,7 +221,7 @@ class Engine:
                 doubt = self._doubt(item, by_key.get(item.key), current.get(item.key))
                 if doubt is None:
                     try:
-                        doubt = self._owner_doubt(item)
+                        doubt = self._owner_doubt(item, fetched)
                     except SourceError as e:
                         self._block(report, "source_unavailable", f"live GET failed, nothing proceeds: {e}")
                         return self._checkpoint(_by_kind(verified), now)
@@ -251,10 +253,13 @@ class Engine:
             return "owner changed since it was marked"
         return None
 
-    def _owner_doubt(self, item: Item) -> str | None:
+    def _owner_doubt(self, item: Item, fetched: dict[tuple[str, str], Pod | None]) -> str | None:
         if not (item.owner_namespace and item.owner_name):
             return None
-        pod = self.source.get_pod(item.owner_namespace, item.owner_name)
+        key = (item.owner_namespace, item.owner_name)
+        if key not in fetched:
+            fetched[key] = self.source.get_pod(*key)
+        pod = fetched[key]
         if pod is None:
             return None
         if item.owner_uid is None:

@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from nodegc.inventory.cni_ipam import FileReadError, list_top_dir, read_small_file
+from nodegc.inventory.cni_ipam import FileReadError, irregular, list_top_dir, read_small_file
 from nodegc.inventory.reasons import symlink_reason
 from nodegc.model.resources import CNICacheEntry, Kind, ReadProblem
 
@@ -37,6 +37,8 @@ def _load(content: bytes) -> dict[str, Any]:
         raise ValueError(f"not valid UTF-8 (byte {e.start})") from e
     try:
         doc = json.loads(text)
+    except RecursionError as e:  # a corrupt file of nested brackets must not take the whole scan down
+        raise ValueError("JSON nested too deeply") from e
     except json.JSONDecodeError as e:
         if not text.strip():
             raise ValueError("empty file") from e
@@ -177,6 +179,9 @@ def scan_cni_cache(cni_data_dir: Path) -> tuple[tuple[CNICacheEntry, ...], tuple
                 continue
         except OSError as e:
             problems.append(ReadProblem(Kind.CNI_CACHE, entry.path, str(e)))
+            continue
+        if (why := irregular(entry)) is not None:
+            problems.append(ReadProblem(Kind.CNI_CACHE, entry.path, why))
             continue
         try:
             small = read_small_file(entry.path, limit=MAX_CACHE_BYTES)

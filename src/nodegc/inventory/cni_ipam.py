@@ -34,6 +34,17 @@ class SmallFile:
     mtime: float
 
 
+def irregular(entry: os.DirEntry[str]) -> str | None:
+    """Why an entry is not a plain file, from the directory listing alone: a symlink is never followed and
+    a device node named like a reservation is never opened. None for a regular file."""
+    try:
+        if entry.is_symlink():
+            return symlink_reason(entry.path)
+        return None if entry.is_file(follow_symlinks=False) else "not a regular file"
+    except OSError as e:
+        return os_reason(e)
+
+
 def read_small_file(path: str, *, limit: int) -> SmallFile:
     """Read a regular file of at most `limit` bytes without following a symlink in its last component.
 
@@ -137,6 +148,9 @@ def _scan_network(net: os.DirEntry[str], problems: list[ReadProblem]) -> list[IP
             ip = normalized_ip(entry.name)
         except ValueError:
             problems.append(ReadProblem(Kind.IP_RESERVATION, entry.path, "file name is not an IP address"))
+            continue
+        if (why := irregular(entry)) is not None:
+            problems.append(ReadProblem(Kind.IP_RESERVATION, entry.path, why))
             continue
         try:
             small = read_small_file(entry.path, limit=MAX_RESERVATION_BYTES)

@@ -9,7 +9,6 @@ never reported as a chain; the per-container rules inside the CNI-HOSTPORT-* cha
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 from collections.abc import Collection, Sequence
@@ -17,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nodegc.model.resources import HostportRule, IptablesChain, Kind, ReadProblem
+from nodegc.settings import in_net_ns
 
 PER_CONTAINER_CHAIN = re.compile(r"^CNI-(?:DN-|SN-)?[0-9a-f]{8,}$")
 """Only these CNI-* chains belong to one container: `CNI-<hex>`, `CNI-DN-<hex>`, `CNI-SN-<hex>`."""
@@ -53,7 +53,8 @@ def parse_iptables_save(
     skipped: list[str] = []
     tables: list[_Table] = []
     current: _Table | None = None
-    for line_no, raw in enumerate(text.splitlines(), start=1):
+    # "\n" only: splitlines() would also cut a rule at a U+2028 or \x1c inside a comment.
+    for line_no, raw in enumerate(text.split("\n"), start=1):
         line = raw.strip()
         if not line or line.startswith("#"):
             continue
@@ -242,7 +243,7 @@ def read_iptables_save(
     texts: list[str] = []
     problems: list[ReadProblem] = []
     for cmd in commands:
-        argv = [cmd] if net_ns is None else ["nsenter", f"--net={os.fsdecode(net_ns)}", cmd]
+        argv = in_net_ns([cmd], net_ns)
         where = " ".join(argv)
         try:
             proc = subprocess.run(argv, capture_output=True, timeout=timeout, check=False)

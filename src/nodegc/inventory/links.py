@@ -34,7 +34,10 @@ def scan_veths(
         with RtnlSocket.open(net_ns) as rtnl:
             raw_links, unreadable = rtnl.dump_links()
             problems += (ReadProblem(Kind.VETH, where, f"unreadable link message: {r}") for r in unreadable)
-            veths = _veths_from_dump(raw_links)
+            nameless = [link for link in raw_links if link.kind == "veth" and link.name is None]
+            problems += (ReadProblem(Kind.VETH, f"{where} ifindex {link.index}", "link name is not valid UTF-8;"
+                                     " skipped") for link in nameless)
+            veths = _veths_from_dump([link for link in raw_links if link.name is not None])
             ids = _netnsids(rtnl, netns_entries, problems) if veths else {}
     except (NetlinkError, OSError) as e:
         return (), (ReadProblem(Kind.VETH, where, f"link dump failed: {e}"),)
@@ -50,7 +53,7 @@ def _veths_from_dump(raw_links: list[RawLink]) -> list[VethLink]:
 def _veth(link: RawLink, names: dict[int, str]) -> VethLink:
     nsid = link.link_netnsid
     return VethLink(
-        name=link.name if link.name is not None else f"if{link.index}",
+        name=link.name or f"if{link.index}",
         index=link.index,
         mac=link.mac,
         master=names.get(link.master) if link.master else None,

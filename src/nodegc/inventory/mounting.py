@@ -99,11 +99,19 @@ def read_mounts(
     return mounts, tuple(ReadProblem(Kind.VOLUME_MOUNT, str(path), r) for r in reasons)
 
 
+def top_of(stack: Sequence[Mount]) -> Mount:
+    """Of mounts stacked on one point, the visible one is no other's parent (propagation can tuck a later
+    mount underneath, so mountinfo order alone can be wrong); mountinfo order breaks ties."""
+    parents = {m.parent_id for m in stack}
+    uncovered = [m for m in stack if m.mount_id not in parents]
+    return uncovered[-1] if uncovered else stack[-1]
+
+
 @dataclass(frozen=True)
 class MountIndex:
     """Mounts sorted by mount point, so "what is mounted at or below X" is two bisections.
 
-    The sort is stable: mounts stacked on one mount point keep mountinfo order, the last one is on top.
+    The sort is stable: mounts stacked on one mount point keep mountinfo order; `top_at` picks the visible one.
     """
 
     mounts: tuple[Mount, ...]
@@ -122,7 +130,7 @@ class MountIndex:
 
     def top_at(self, path: str) -> Mount | None:
         found = self.at(path)
-        return found[-1] if found else None
+        return top_of(found) if found else None
 
     def below(self, path: str) -> list[Mount]:
         prefix = _normalize(path)

@@ -20,7 +20,8 @@ from nodegc.inventory.reasons import os_reason, symlink_reason
 from nodegc.model.resources import Kind, Mount, PodDir, ReadProblem, VolumeDir
 
 # Pod UIDs are UUIDs for API pods and hex hashes for static pods; allow a little more, never path syntax.
-_PLAUSIBLE_UID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+PLAUSIBLE_UID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+"""UUIDs and static pods' config hashes; use with fullmatch (a trailing newline is not a UID)."""
 _CSI_PLUGIN = "kubernetes.io~csi"
 _CSI_MOUNT_LEAF = "mount"
 
@@ -150,7 +151,7 @@ def _pod(scan: _Scan, entry: os.DirEntry[str]) -> PodDir | None:
     if not _is_utf8(uid):
         scan.problem(entry.path, "pod directory name is not valid UTF-8, not a pod UID")
         return None
-    if not _PLAUSIBLE_UID.match(uid):
+    if not PLAUSIBLE_UID.fullmatch(uid):
         scan.problem(entry.path, f"pod directory name {uid!r} is not a plausible pod UID")
         return None
     if not scan.directory(entry):

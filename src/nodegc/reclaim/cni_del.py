@@ -141,6 +141,10 @@ def _reread(entry: CNICacheEntry) -> dict[str, Any]:
             same = False
         if not same:
             raise _Changed("cached network configuration changed since the scan")
+    # libcni rewrites the file in place: the capability args (port mappings...) are part of what DEL uses.
+    scanned = json.loads(entry.capability_args_json) if entry.capability_args_json else None
+    if (doc.get("capabilityArgs") or None) != (scanned or None):
+        raise _Changed("cached capability args changed since the scan")
     return doc
 
 
@@ -194,7 +198,7 @@ def remove_cache_entry(entry: CNICacheEntry) -> Outcome:
     try:
         st = os.lstat(path)
     except FileNotFoundError:
-        return Outcome.done("CNI DEL done; cache entry already removed")
+        return Outcome.gone("cache entry already removed")
     except OSError as e:
         return Outcome.failed(f"CNI DEL done, cannot stat cache entry: {e.strerror or e}")
     if not stat.S_ISREG(st.st_mode) or st.st_ino != entry.inode:

@@ -13,6 +13,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from nodegc.settings import in_net_ns
+
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
@@ -97,9 +99,7 @@ def exec_plugin(
     timeout: float,
 ) -> bytes:
     """Plugins act on the namespace they start in (bridges, veths, chains): the node's, via nsenter."""
-    argv = [str(binary)]
-    if host_netns is not None:
-        argv = ["nsenter", f"--net={os.fsdecode(host_netns)}", *argv]
+    argv = in_net_ns([str(binary)], host_netns)
     command = env.get("CNI_COMMAND", "?")
     if timeout <= 0:
         raise CNIError(f"{binary.name} {command} not started: time budget spent")

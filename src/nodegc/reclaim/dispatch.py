@@ -167,7 +167,7 @@ class _HostRun:
             case VethLink():
                 return delete_veth(resource, net_ns=roots.net_ns)
             case NetnsEntry():
-                return remove_netns(resource)
+                return remove_netns(resource, netns_dir=roots.netns_dir)
             case VolumeDir():
                 return unmount_volume(resource, proc_root=roots.proc_root, timeout=self.x.unmount_timeout)
             case PodDir():

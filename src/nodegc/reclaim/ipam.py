@@ -25,7 +25,8 @@ _POLL = 0.02
 def release_ip(res: IPReservation, *, roots: Roots, lock_timeout: float = 10.0) -> Outcome:
     """Remove the file only while it still names the same container (and is the same inode)."""
     net_dir = os.path.join(os.fsdecode(roots.cni_data_dir), "networks", res.network)
-    if os.path.normpath(res.path) != os.path.join(net_dir, res.ip) or "/" in res.network:
+    odd = "/" in res.network or "/" in res.ip or res.ip in (".", "..", LOCK_NAME)
+    if odd or os.path.normpath(res.path) != os.path.join(net_dir, res.ip):
         return Outcome.failed(f"{res.path} is not {res.ip} in network {res.network} under the data dir")
     try:
         dir_fd = os.open(net_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -49,7 +50,11 @@ def release_ip(res: IPReservation, *, roots: Roots, lock_timeout: float = 10.0) 
 
 def _lock(dir_fd: int, *, timeout: float) -> int | None:
     """host-local creates the lock file the same way (O_CREATE, 0644) when it is missing."""
-    fd = os.open(LOCK_NAME, os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=dir_fd)
+    flags = os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK  # a FIFO must not block us
+    fd = os.open(LOCK_NAME, flags, 0o644, dir_fd=dir_fd)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, f"{LOCK_NAME} is not a regular file")
     deadline = time.monotonic() + timeout
     while True:
         try:

@@ -10,22 +10,32 @@ import ctypes
 import ctypes.util
 import os
 import stat
+from pathlib import Path
 
 from nodegc.model.resources import NetnsEntry
 from nodegc.reclaim.outcomes import Outcome
 
 _MNT_DETACH = 2
-_UMOUNT_NOFOLLOW = 8
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 _libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
 _libc.umount2.restype = ctypes.c_int
 
 
-def _umount_detach(path: str) -> None:
-    """MNT_DETACH never blocks on a busy namespace: processes still inside keep it alive on their own."""
-    if _libc.umount2(os.fsencode(path), _MNT_DETACH | _UMOUNT_NOFOLLOW) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err), path)
+def _detach_verified(path: str, ns_inode: int) -> str | None:
+    """Detach the namespace mounted at `path` only if it is the one verified: the check and the detach go
+    through one descriptor, so a namespace mounted there in between is never the one detached. MNT_DETACH
+    never blocks: processes still inside keep the namespace alive on their own. A str is why it did not."""
+    fd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        found = os.fstat(fd).st_ino
+        if found != ns_inode:
+            return f"another namespace is mounted there (inode {found}, expected {ns_inode})"
+        if _libc.umount2(f"/proc/self/fd/{fd}".encode(), _MNT_DETACH) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, os.strerror(err), path)
+    finally:
+        os.close(fd)
+    return None
 
 
 def _is_mount_point(path: str, st: os.stat_result) -> bool:
@@ -33,8 +43,10 @@ def _is_mount_point(path: str, st: os.stat_result) -> bool:
     return st.st_dev != os.stat(os.path.dirname(path) or ".").st_dev
 
 
-def remove_netns(ns: NetnsEntry) -> Outcome:
+def remove_netns(ns: NetnsEntry, *, netns_dir: Path | None = None) -> Outcome:
     path = os.path.normpath(ns.path)
+    if netns_dir is not None and not _directly_in(path, netns_dir):
+        return Outcome.failed(f"{path} is not a file of the netns directory {netns_dir}")
     try:
         st = os.lstat(path)
         mounted = _is_mount_point(path, st)
@@ -52,7 +64,9 @@ def remove_netns(ns: NetnsEntry) -> Outcome:
                 f"another namespace is mounted there (inode {st.st_ino}, expected {ns.ns_inode})"
             )
         try:
-            _umount_detach(path)
+            refusal = _detach_verified(path, ns.ns_inode)
+            if refusal:
+                return Outcome.changed(refusal)
             st = os.lstat(path)
             if _is_mount_point(path, st):
                 return Outcome.failed("still mounted after detaching one mount (stacked mounts); file kept")
@@ -62,6 +76,12 @@ def remove_netns(ns: NetnsEntry) -> Outcome:
             return Outcome.failed(f"cannot unmount {path}: {e.strerror or e}")
         return _unlink_leftover(path, st, ns, unmounted_now=True)
     return _unlink_leftover(path, st, ns, unmounted_now=False)
+
+
+def _directly_in(path: str, directory: Path) -> bool:
+    parent = os.path.dirname(path)
+    wanted = os.path.normpath(os.fsdecode(directory))
+    return parent == wanted or os.path.realpath(parent) == os.path.realpath(wanted)
 
 
 def _unlink_leftover(path: str, st: os.stat_result, ns: NetnsEntry, *, unmounted_now: bool) -> Outcome:

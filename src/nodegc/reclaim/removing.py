@@ -12,17 +12,16 @@ from __future__ import annotations
 
 import errno
 import os
-import re
 import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from nodegc.inventory.mounting import mounts_below, read_mounts
+from nodegc.inventory.pod_dirs import PLAUSIBLE_UID
 from nodegc.model.resources import PodDir
 from nodegc.reclaim.outcomes import Outcome
 
-_PLAUSIBLE_UID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _REPORTED = 5
 
@@ -168,7 +167,7 @@ def remove_pod_dir(
     Bounded by `max_entries`, `max_depth` and `timeout`; a partial removal is safe to resume next round.
     """
     uid = pod_dir.uid
-    if not _PLAUSIBLE_UID.match(uid):
+    if not PLAUSIBLE_UID.fullmatch(uid):
         return Outcome.failed(f"refused: {uid!r} is not a plausible pod UID")
     real, literal = _expected_paths(kubelet_root, uid)
     if pod_dir.path not in (real, literal):

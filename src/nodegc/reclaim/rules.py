@@ -8,7 +8,6 @@ The model has no family field: the family is wherever the fresh dumps show the c
 
 from __future__ import annotations
 
-import os
 import subprocess
 import time
 from collections.abc import Sequence
@@ -18,6 +17,7 @@ from pathlib import Path
 from nodegc.inventory.iptables import parse_iptables_save, read_iptables_save
 from nodegc.model.resources import HostportRule, IptablesChain
 from nodegc.reclaim.outcomes import Outcome
+from nodegc.settings import in_net_ns
 
 MAX_ISOLATED = 64
 """After a failed batch, at most this many single-item restores are tried to find the bad item."""
@@ -192,9 +192,7 @@ def _apply(
 
 def _restore(fam: _Family, text: str, *, net_ns: Path | None, deadline: float) -> str | None:
     """None on success, else why it failed (first line of stderr)."""
-    argv = [fam.restore, "--noflush", "-w"]
-    if net_ns is not None:
-        argv = ["nsenter", f"--net={os.fsdecode(net_ns)}", *argv]
+    argv = in_net_ns([fam.restore, "--noflush", "-w"], net_ns)
     remaining = deadline - time.monotonic()
     if remaining <= 0:
         return f"{fam.restore} not run: time budget spent"

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from nodegc.inventory.mounting import MountIndex, read_mounts
+from nodegc.inventory.mounting import MountIndex, read_mounts, top_of
 from nodegc.model.resources import Mount, VolumeDir
 from nodegc.reclaim.outcomes import Outcome
 
@@ -102,13 +102,6 @@ def _run_child(child: Sequence[str], *, path: str, mount_id: int, flags: int, pr
     return _ChildResult("broken", f"unmount child exited {proc.returncode}: {msg}")
 
 
-def _top(stack: Sequence[Mount]) -> Mount:
-    """The mount that is no other stacked mount's parent is the visible one; mountinfo order breaks ties."""
-    parents = {m.parent_id for m in stack}
-    uncovered = [m for m in stack if m.mount_id not in parents]
-    return uncovered[-1] if uncovered else stack[-1]
-
-
 @dataclass(frozen=True)
 class _Seen:
     target: str
@@ -119,7 +112,8 @@ class _Seen:
 def _look(volume: VolumeDir, proc_root: Path) -> _Seen | str:
     """What is mounted at the volume now; a str is the reason the mount table could not be read."""
     mounts, problems = read_mounts(proc_root)
-    if not mounts:
+    if problems or not mounts:
+        # An unparsed line may be a mount below the volume that a lazy detach would take along.
         return problems[0].reason if problems else "empty mount table"
     index = MountIndex.build(mounts)
     target = volume.path.rstrip("/") or "/"
@@ -157,7 +151,7 @@ def _verify(volume: VolumeDir, seen: _Seen) -> Outcome | None:
     """None when the verified mount is on top at its place with nothing mounted below it."""
     if not seen.stack:
         return Outcome.gone(f"nothing mounted at {volume.path}")
-    top = _top(seen.stack)
+    top = top_of(seen.stack)
     if volume.mount_id is None or top.mount_id != volume.mount_id:
         return Outcome.changed(
             f"mount at {seen.target} is {top.mount_id} ({top.fs_type} {top.source}), "
