@@ -186,6 +186,13 @@ def test_read_netns_addresses(node: Node) -> None:
     assert read_netns_addresses(node.pod_b) == ()
 
 
+def test_read_netns_addresses_ipv6_without_link_local(node: Node) -> None:
+    for argv in (["ip", "link", "add", "d0", "type", "veth", "peer", "name", "d1"], ["ip", "link", "set", "d0", "up"],
+                 ["ip", "-6", "addr", "add", "fd00::5/64", "dev", "d0", "nodad"]):
+        subprocess.run(["nsenter", f"--net={node.pod_b}", *argv], check=True, timeout=10)
+    assert read_netns_addresses(node.pod_b) == ("fd00::5",)
+
+
 def test_read_netns_addresses_of_leftover_fails_without_creating(node: Node) -> None:
     with pytest.raises(NetnsReadError):
         read_netns_addresses(node.leftover)

@@ -31,6 +31,8 @@ NLMSG_ERROR = 2
 NLMSG_DONE = 3
 RTM_NEWLINK = 16
 RTM_GETLINK = 18
+RTM_NEWADDR = 20
+RTM_GETADDR = 22
 RTM_NEWNSID = 88
 RTM_GETNSID = 90
 
@@ -46,6 +48,8 @@ IFLA_LINKINFO = 18
 IFLA_EXT_MASK = 29
 IFLA_LINK_NETNSID = 37
 IFLA_INFO_KIND = 1
+IFA_ADDRESS = 1
+IFA_LOCAL = 2
 NETNSA_NSID = 1
 NETNSA_FD = 3
 RTEXT_FILTER_SKIP_STATS = 1 << 3
@@ -55,6 +59,7 @@ _NLA_TYPE_MASK = 0x3FFF  # without NLA_F_NESTED / NLA_F_NET_BYTEORDER
 _NLMSG_HDR = struct.Struct("=IHHII")
 _IFINFOMSG = struct.Struct("=BxHiII")
 _NLA_HDR = struct.Struct("=HH")
+_IFADDRMSG = struct.Struct("=BBBBI")
 _U32 = struct.Struct("=I")
 _I32 = struct.Struct("=i")
 _RECV_BUF = 1 << 16
@@ -139,6 +144,32 @@ class RtnlSocket:
         for start in range(0, len(fds), _NSID_BATCH):
             out += self._netnsid_batch(fds[start : start + _NSID_BATCH])
         return out
+
+    def dump_addresses(self) -> list[tuple[int, str]]:
+        """(interface index, address) of every address, IFA_LOCAL before IFA_ADDRESS (the peer on
+        point-to-point links). One dump; a message that cannot be read fails it."""
+        seq = next(self._seq)
+        self._send(_message(RTM_GETADDR, NLM_F_REQUEST | NLM_F_DUMP, seq, _IFADDRMSG.pack(0, 0, 0, 0, 0)))
+        out: list[tuple[int, str]] = []
+        while True:
+            size = self._recv()
+            buf = self._buf
+            for mtype, _flags, mseq, start, end in _messages(buf, size):
+                if mseq != seq:
+                    continue
+                if mtype in (NLMSG_DONE, NLMSG_ERROR):
+                    _raise_if_error(buf, start, end, "address dump")
+                    if mtype == NLMSG_DONE:
+                        return out
+                elif mtype == RTM_NEWADDR:
+                    if end - start < _IFADDRMSG.size:
+                        raise NetlinkError("truncated address message")
+                    family, _plen, _flags2, _scope, index = _IFADDRMSG.unpack_from(buf, start)
+                    found = {t: bytes(buf[a:b]) for t, a, b in _attrs(buf, start + _IFADDRMSG.size, end)
+                             if t in (IFA_LOCAL, IFA_ADDRESS)}
+                    raw = found.get(IFA_LOCAL) or found.get(IFA_ADDRESS)
+                    if raw is not None and family in (socket.AF_INET, socket.AF_INET6):
+                        out.append((index, socket.inet_ntop(family, raw)))
 
     def _dump_links_once(self) -> tuple[list[RawLink], list[str], bool]:
         seq = next(self._seq)

@@ -12,14 +12,11 @@ import os
 import stat
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
-from pyroute2 import NetNS
-
+from nodegc.inventory.netlinking import NetlinkError, RtnlSocket
 from nodegc.model.resources import Kind, Mount, NetnsEntry, ReadProblem
 
 NSFS = "nsfs"
-_IFF_LOOPBACK = 0x8
 
 
 class NetnsReadError(Exception):
@@ -142,31 +139,26 @@ def _odd_name(name: str) -> str | None:
 def read_netns_addresses(path: Path) -> tuple[str, ...]:
     """Addresses inside the namespace, for tying a namespace without a CNI cache entry to a pod.
 
-    Never creates the namespace file (pyroute2 would by default) and skips loopback addresses and any
-    address on a loopback interface.
+    Read on nodegc's own netlink socket opened in the namespace (never creates the file, never forks);
+    loopback and link-local addresses, and any address on the loopback interface, are left out.
     """
     try:
-        with NetNS(str(path), flags=0) as ipr:
-            links: list[Any] = list(ipr.get_links())
-            addrs: list[Any] = list(ipr.get_addr())
-    except Exception as e:
+        with RtnlSocket.open(path) as rtnl:
+            links, _ = rtnl.dump_links()
+            addresses = rtnl.dump_addresses()
+    except (NetlinkError, OSError) as e:
         raise NetnsReadError(f"cannot read addresses in netns {os.fsdecode(path)}: {e}") from e
-    loopback_indexes = {int(link["index"]) for link in links if int(link["flags"]) & _IFF_LOOPBACK}
+    loopback = {link.index for link in links if link.name == "lo"}
     out: list[str] = []
-    for msg in addrs:
-        if int(msg["index"]) in loopback_indexes:
-            continue
-        # IFA_LOCAL is the address itself; IFA_ADDRESS is the peer on point-to-point links
-        raw = msg.get_attr("IFA_LOCAL") or msg.get_attr("IFA_ADDRESS")
-        if not isinstance(raw, str):
+    for index, raw in addresses:
+        if index in loopback:
             continue
         try:
             ip = ipaddress.ip_address(raw.split("%", 1)[0])
         except ValueError:
             continue
-        if ip.is_loopback:
+        if ip.is_loopback or ip.is_link_local:
             continue
-        text = str(ip)
-        if text not in out:
-            out.append(text)
+        if str(ip) not in out:
+            out.append(str(ip))
     return tuple(out)
