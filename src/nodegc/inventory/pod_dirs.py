@@ -26,6 +26,14 @@ _CSI_PLUGIN = "kubernetes.io~csi"
 _CSI_MOUNT_LEAF = "mount"
 
 
+def csi_mount_point(path: str, *, plugin: str, subpath: bool) -> str | None:
+    """Where a CSI volume is really mounted when nothing is at its directory: <name>/mount (vol_data.json
+    sits beside it). None for any other volume. The reader and the unmount must agree on this."""
+    if plugin == _CSI_PLUGIN and not subpath:
+        return os.path.join(path, _CSI_MOUNT_LEAF)
+    return None
+
+
 @dataclass
 class _Scan:
     index: MountIndex
@@ -95,9 +103,9 @@ def _is_utf8(name: str) -> bool:
 
 def _volume(scan: _Scan, *, uid: str, plugin: str, name: str, path: str, subpath: bool = False) -> VolumeDir:
     mount = scan.index.top_at(path)
-    if mount is None and plugin == _CSI_PLUGIN and not subpath:
-        # CSI mounts the volume at <name>/mount and keeps vol_data.json beside it.
-        mount = scan.index.top_at(os.path.join(path, _CSI_MOUNT_LEAF))
+    csi = csi_mount_point(path, plugin=plugin, subpath=subpath)
+    if mount is None and csi is not None:
+        mount = scan.index.top_at(csi)
     return VolumeDir(
         pod_uid=uid,
         plugin=plugin,

@@ -24,12 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nodegc.inventory.mounting import MountIndex, read_mounts, top_of
+from nodegc.inventory.pod_dirs import csi_mount_point
 from nodegc.model.resources import Mount, VolumeDir
 from nodegc.reclaim.outcomes import Outcome
 
 MNT_DETACH = 2
-_CSI_PLUGIN = "kubernetes.io~csi"
-_CSI_MOUNT_LEAF = "mount"
 _KILL_GRACE = 2.0
 _OUTPUT_LIMIT = 300
 
@@ -118,10 +117,9 @@ def _look(volume: VolumeDir, proc_root: Path) -> _Seen | str:
     index = MountIndex.build(mounts)
     target = volume.path.rstrip("/") or "/"
     stack = index.at(target)
-    if not stack and volume.plugin == _CSI_PLUGIN and not volume.subpath:
-        # CSI mounts the volume at <name>/mount (the reader records the mount id found there).
-        target = os.path.join(target, _CSI_MOUNT_LEAF)
-        stack = index.at(target)
+    csi = csi_mount_point(target, plugin=volume.plugin, subpath=volume.subpath)
+    if not stack and csi is not None:
+        target, stack = csi, index.at(csi)
     below = [m for m in index.below(target) if m.mount_point != target]
     return _Seen(target=target, stack=tuple(stack), below=tuple(below))
 
@@ -190,7 +188,8 @@ def unmount_volume(
     if first.status == "ok":
         return _after(volume, proc_root, lazy=False)
     if first.status == "changed":
-        return Outcome.changed(f"mount at {seen.target} is {first.value}, not the verified {mount_id}")
+        detail = f"mount at {seen.target} is {first.value}, not the verified {mount_id}"
+        return _changed_or_gone(volume, proc_root, detail)
     if first.status == "errno" and first.value in (str(errno.ENOENT), str(errno.EINVAL)):
         # Not a mount point any more (or the path is gone): confirm with the mount table.
         return _gone_or(volume, proc_root, f"umount {seen.target}: {_strerror(first.value)}")
@@ -210,7 +209,8 @@ def unmount_volume(
     if lazy.status == "ok":
         return _after(volume, proc_root, lazy=True)
     if lazy.status == "changed":
-        return Outcome.changed(f"mount at {seen.target} is {lazy.value}, not the verified {mount_id}")
+        detail = f"mount at {seen.target} is {lazy.value}, not the verified {mount_id}"
+        return _changed_or_gone(volume, proc_root, detail)
     if lazy.status == "timeout":
         return Outcome.failed(
             f"umount {reason}; lazy detach of {seen.target} also timed out after {timeout:g}s"
@@ -224,6 +224,12 @@ def _gone_or(volume: VolumeDir, proc_root: Path, failure: str) -> Outcome:
     if not isinstance(seen, str) and volume.mount_id not in {m.mount_id for m in seen.stack}:
         return Outcome.gone(f"mount {volume.mount_id} no longer at {seen.target}")
     return Outcome.failed(failure)
+
+
+def _changed_or_gone(volume: VolumeDir, proc_root: Path, detail: str) -> Outcome:
+    """The child saw another mount (or none, reading its parent's id): gone if the verified one is gone."""
+    outcome = _gone_or(volume, proc_root, detail)
+    return outcome if outcome.already_gone else Outcome.changed(detail)
 
 
 def _strerror(value: str) -> str:
