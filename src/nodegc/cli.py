@@ -178,6 +178,7 @@ def source_from_args(args: argparse.Namespace) -> DesiredSource:
 def cmd_scan(args: argparse.Namespace) -> int:
     from nodegc.inventory.scanning import scan_node
     from nodegc.planning.correlate import CorrelationPolicy, correlate
+    from nodegc.planning.ipranges import range_usage
     from nodegc.render import Report, render_json, render_table, render_yaml
 
     roots = roots_from_args(args)
@@ -193,7 +194,8 @@ def cmd_scan(args: argparse.Namespace) -> int:
     findings = correlate(inventory, desired, now=datetime.now(UTC),
                          policy=CorrelationPolicy(min_age_seconds=args.min_age))
     report = Report(node=desired.node, source=desired.source, taken_at=inventory.taken_at,
-                    findings=findings, problems=inventory.problems)
+                    findings=findings, problems=inventory.problems, ranges=range_usage(inventory, findings),
+                    range_problems=inventory.ip_range_problems)
     for p in inventory.problems:
         log.warning("read problem", kind=p.kind.value, path=p.path, reason=p.reason)
     log.info("scan done", node=desired.node, findings=len(findings), residue=len(report.residue),

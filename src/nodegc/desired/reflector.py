@@ -43,6 +43,8 @@ from nodegc.observe.logs import get_logger
 log = get_logger("nodegc.reflector")
 
 COUNTERS = ("lists", "watches", "resyncs", "stale_lists", "relists_gone", "relists_stalled", "relists_error")
+_EVENT_TYPES = ("ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR")
+"""Watch events are counted by type under `events_<type>` (for metrics)."""
 
 
 def _utcnow() -> datetime:
@@ -350,6 +352,8 @@ class PodReflector:
         kind = event.get("type") if isinstance(event, Mapping) else None
         if not isinstance(obj, Mapping):
             raise _Relist("error", f"a {kind} watch event without an object")
+        if kind in _EVENT_TYPES:
+            self._count(f"events_{kind.lower()}")
         if kind == "ERROR":
             code, reason = obj.get("code"), obj.get("reason")
             if code == 410:

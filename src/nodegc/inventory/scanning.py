@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from nodegc.inventory.cni_cache import scan_cni_cache
+from nodegc.inventory.cni_conf import scan_ranges
 from nodegc.inventory.cni_ipam import scan_ip_reservations
 from nodegc.inventory.iptables import scan_iptables
 from nodegc.inventory.links import scan_veths
@@ -76,6 +77,7 @@ def _read_host(roots: Roots, taken_at: datetime, rules_read: Future[_Rules]) -> 
     problems += found
     chains, rules, found = rules_read.result()
     problems += found
+    ranges, range_problems = scan_ranges(roots.cni_conf_dir, cache)
 
     return Inventory(
         taken_at=taken_at,
@@ -88,6 +90,8 @@ def _read_host(roots: Roots, taken_at: datetime, rules_read: Future[_Rules]) -> 
         chains=chains,
         hostport_rules=rules,
         problems=tuple(problems),
+        ip_ranges=ranges,
+        ip_range_problems=range_problems,
     )
 
 

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
+from nodegc.model.ipranges import HostLocalRange
+
 
 class Kind(StrEnum):
     POD_DIR = "pod_dir"
@@ -182,3 +184,7 @@ class Inventory:
     chains: tuple[IptablesChain, ...] = ()
     hostport_rules: tuple[HostportRule, ...] = ()
     problems: tuple[ReadProblem, ...] = field(default=())
+    ip_ranges: tuple[HostLocalRange, ...] = ()
+    """host-local range sets from the CNI configuration (conf dir and cached configs)."""
+    ip_range_problems: tuple[str, ...] = ()
+    """Configuration that could not be read for ranges ("<path>: <reason>"); no resource kind is affected."""
