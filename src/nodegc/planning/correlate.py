@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
+from nodegc import defaults
 from nodegc.model.findings import Finding, FindingClass, Owner
 from nodegc.model.pods import DesiredState, OwnerState
 from nodegc.model.resources import (
@@ -43,7 +44,7 @@ _EXCLUSIVE_FS = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs"})
 
 @dataclass(frozen=True)
 class CorrelationPolicy:
-    min_age_seconds: float = 60.0
+    min_age_seconds: float = defaults.MIN_AGE_SECONDS
 
 
 def correlate(
