@@ -22,17 +22,20 @@ from nodegc.engine.cycle import CycleReport, Engine
 from nodegc.exitcodes import EXIT_BLOCKED, EXIT_CLEAN, EXIT_SOURCE, EXIT_USAGE
 from nodegc.kube.errors import KubeError
 from nodegc.kube.events import EventRecorder, EventType, ObjectRef
+from nodegc.kube.nodes import NodeConditionWriter
 from nodegc.ledger.store import LedgerError, LedgerLocked
 from nodegc.model.findings import Finding
 from nodegc.model.pods import OwnerState, Pod
 from nodegc.observe.health import HealthServer, HealthServerError, Heartbeat
 from nodegc.observe.logs import get_logger
 from nodegc.observe.metrics import Metrics
+from nodegc.planning.conditions import node_conditions
 from nodegc.wiring import (
     AgentSettings,
     make_engine_settings,
     make_event_recorder,
     make_executor,
+    make_node_conditions,
     make_reflector,
     make_source,
     open_ledger,
@@ -149,6 +152,7 @@ def cmd_agent(settings: AgentSettings) -> int:
     executor = make_executor(roots, dry_run=settings.dry_run, timeout=settings.safety.command_timeout)
     metrics = Metrics()
     heartbeat = Heartbeat(settings.interval)
+    metrics.readiness(heartbeat.ready)
     node = settings.source.node_name()
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -174,9 +178,20 @@ def cmd_agent(settings: AgentSettings) -> int:
                         metrics=metrics)
         log.info("agent started", node=node, interval=settings.interval, dry_run=settings.dry_run,
                  ledger=ledger.path, k=phases.consecutive_scans, grace=phases.grace_seconds, source=source.name)
-        on_report = (lambda report: record_events(events, node, report)) if events is not None else None
+        stats = getattr(source, "stats", None)
+        if callable(stats):
+            metrics.watch_counters(stats)  # the pod watch's lists, relists, watch restarts and events
+        conditions = _node_conditions(settings, node)
+
+        def on_report(report: CycleReport) -> None:
+            if events is not None:
+                record_events(events, node, report)
+            if conditions is not None:
+                conditions.update(node_conditions(report.blocked, report.ranges))
+
         run_loop(engine, interval=settings.interval, stop=stop, wakeups=wakeups, heartbeat=heartbeat,
-                 on_report=on_report, max_cycles=settings.max_cycles)
+                 on_report=on_report if events is not None or conditions is not None else None,
+                 max_cycles=settings.max_cycles)
     log.info("agent stopped")
     return EXIT_CLEAN
 
@@ -209,3 +224,14 @@ def _desired(
     events.start()
     cleanup.callback(events.stop)
     return reflector, events
+
+
+def _node_conditions(settings: AgentSettings, node: str) -> NodeConditionWriter | None:
+    """ResidueReclaimBlocked and PodIPRangePressure on the Node, with the API as source and not in dry run."""
+    if settings.source.pods_from is not None or settings.dry_run:
+        return None
+    try:
+        return make_node_conditions(settings.source, node=node)
+    except KubeError as e:
+        log.warning("node conditions disabled: no API client", error=str(e))
+        return None

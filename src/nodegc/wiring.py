@@ -38,6 +38,7 @@ from nodegc.settings import Roots, ScanOptions
 if TYPE_CHECKING:
     from nodegc.desired.reflector import PodReflector
     from nodegc.kube.events import EventRecorder
+    from nodegc.kube.nodes import NodeConditionWriter
 
 # -- settings ---------------------------------------------------------------------------------------
 
@@ -226,6 +227,14 @@ def make_event_recorder(source: SourceSettings, *, node: str) -> EventRecorder:
     from nodegc.kube.events import EventRecorder
 
     return EventRecorder(make_client(source.kubeconfig), component="nodegc", instance=node, host=node)
+
+
+def make_node_conditions(source: SourceSettings, *, node: str) -> NodeConditionWriter:
+    """nodegc's NodeConditions on its Node, on the API the source reads; raises KubeError without a client."""
+    from nodegc.kube.client import make_client
+    from nodegc.kube.nodes import NodeConditionWriter
+
+    return NodeConditionWriter(make_client(source.kubeconfig), node)
 
 
 def make_engine_settings(safety: SafetySettings, phases: PhasePolicy) -> EngineSettings:

@@ -195,7 +195,7 @@ def _status(left: float, *, reserved: int = 10, capacity: int = 254, ips: tuple[
 
 def test_reclaim_urgency_maps_addresses_to_their_range_forecast() -> None:
     urgency = reclaim_urgency([_status(100.0, ips=("10.0.0.1",)), _status(math.inf, ips=("10.0.1.1",))])
-    assert urgency == {f"{NET}/10.0.0.1": 100.0, f"{NET}/10.0.1.1": math.inf}
+    assert urgency == {f"{NET}/10.0.0.1": (100.0, -10 / 254), f"{NET}/10.0.1.1": (math.inf, -10 / 254)}
 
 
 def test_pressure_condition_is_set_by_a_forecast_or_a_full_range_and_cleared_otherwise() -> None:

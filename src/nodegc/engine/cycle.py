@@ -8,7 +8,6 @@ answer is to do nothing destructive and say why in logs and metrics.
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -28,7 +27,7 @@ from nodegc.model.resources import Inventory, Kind
 from nodegc.observe.logs import get_logger
 from nodegc.planning.correlate import CorrelationPolicy, correlate
 from nodegc.planning.guards import BlastRadius, blast_radius_refusal
-from nodegc.planning.ipranges import RangeTracker, range_usage, reclaim_urgency
+from nodegc.planning.ipranges import NOT_URGENT, RangeTracker, range_usage, reclaim_urgency
 from nodegc.planning.phases import (
     PhasePolicy,
     Resource,
@@ -236,7 +235,7 @@ class Engine:
             groups.setdefault(_group(item), []).append(item)
         # When the rate limit holds work back, the ranges closest to exhaustion get their addresses first.
         urgency = reclaim_urgency(report.ranges)
-        ordered = sorted(groups.values(), key=lambda g: min(urgency.get(i.resource_id, math.inf) for i in g))
+        ordered = sorted(groups.values(), key=lambda g: min(urgency.get(i.resource_id, NOT_URGENT) for i in g))
         for members in ordered:
             passed: list[tuple[Item, Resource]] = []
             for item in members:

@@ -210,7 +210,19 @@ class RangeTracker:
 # -- what the forecast is used for -------------------------------------------------------------------
 
 
-def reclaim_urgency(statuses: Iterable[RangeStatus]) -> Mapping[str, float]:
-    """Seconds to exhaustion of the range each reserved address (`network/ip`) is in: reclaim the
-    addresses of the ranges closest to running out first when not everything can go this cycle."""
-    return {f"{s.usage.network}/{ip}": s.seconds_to_exhaustion for s in statuses for ip in s.usage.reserved_ips}
+def reclaim_urgency(statuses: Iterable[RangeStatus]) -> Mapping[str, tuple[float, float]]:
+    """For each reserved address (`network/ip`): (seconds to exhaustion of its range, minus the share of
+    the range in use). Sorted ascending, the addresses of the range closest to running out come first,
+    and among ranges that are not running out, those of the fullest. The engine reclaims in that order
+    when the rate limit holds work back."""
+    out: dict[str, tuple[float, float]] = {}
+    for s in statuses:
+        u = s.usage
+        share = u.reserved / u.capacity if u.capacity else 0.0
+        for ip in u.reserved_ips:
+            out[f"{u.network}/{ip}"] = (s.seconds_to_exhaustion, -share)
+    return out
+
+
+NOT_URGENT = (math.inf, 0.0)
+"""The urgency of what is not an address of a known range."""
