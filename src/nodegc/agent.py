@@ -20,13 +20,13 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 
+from nodegc.api.client import DEFAULT_TIMEOUT
 from nodegc.cli import EXIT_BLOCKED, EXIT_CLEAN, EXIT_SOURCE, EXIT_USAGE, roots_from_args, source_from_args
 from nodegc.commands import LEDGER_FILE, engine_settings, open_ledger
+from nodegc.desired.kube import build_client
 from nodegc.desired.reflector import PodReflector
 from nodegc.desired.source import DesiredSource, SourceError
 from nodegc.engine.cycle import CycleReport, Engine
-from nodegc.kube.client import make_client
-from nodegc.kube.errors import KubeError
 from nodegc.kube.events import EventRecorder, EventType, ObjectRef
 from nodegc.ledger.store import LedgerError, LedgerLocked
 from nodegc.model.findings import Finding
@@ -196,15 +196,13 @@ def _desired(
     if args.pods_from is not None:
         return source_from_args(args), None
     hook = deletion_hook(wakeups, consecutive_scans=args.consecutive_scans, grace=args.grace)
-    reflector = PodReflector(node, kubeconfig=args.kubeconfig, on_delete=hook).start()
+    client = build_client(args.kubeconfig, timeout=DEFAULT_TIMEOUT)  # one client: watch, GETs, Events
+    cleanup.callback(client.close)
+    reflector = PodReflector(node, client=client, on_delete=hook).start()
     cleanup.callback(reflector.stop)
     if args.dry_run:
         return reflector, None
-    try:
-        events = EventRecorder(make_client(args.kubeconfig), component="nodegc", instance=node, host=node)
-    except KubeError as e:
-        log.warning("events disabled: no API client", error=str(e))
-        return reflector, None
+    events = EventRecorder(client, component="nodegc", instance=node, host=node)
     events.start()
     cleanup.callback(events.stop)
     return reflector, events
