@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -14,15 +13,18 @@ from nodegc.api.client import load_config, make_client
 from nodegc.api.errors import KubeError, call
 from nodegc.desired.reflector import PodReflector
 from nodegc.kube.events import EventRecorder
+from nodegc.settings import Roots
+from nodegc.wiring import AgentSettings, SafetySettings, SourceSettings
 from tests.api.fakeapi import FakeKubeAPI
 
 
 def test_the_agent_builds_one_client_for_watch_gets_and_events(tmp_path: Path) -> None:
     with FakeKubeAPI(bookmark_interval=0.05) as api:
-        args = argparse.Namespace(pods_from=None, kubeconfig=api.write_kubeconfig(tmp_path / "kubeconfig"),
-                                  consecutive_scans=3, grace=120.0, dry_run=False)
+        settings = AgentSettings(
+            roots=Roots(), safety=SafetySettings(),
+            source=SourceSettings(node="node-a", kubeconfig=api.write_kubeconfig(tmp_path / "kubeconfig")))
         with ExitStack() as cleanup:
-            source, events = _desired(args, "node-a", Wakeups(), cleanup)
+            source, events = _desired(settings, "node-a", Wakeups(), cleanup)
             assert isinstance(source, PodReflector) and isinstance(events, EventRecorder)
             assert source._client is events._client
             assert source.wait_synced(5)

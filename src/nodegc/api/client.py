@@ -17,9 +17,10 @@ import yaml
 from lightkube.config.kubeconfig import DEFAULT_KUBECONFIG
 from msgspec import MsgspecError
 
+from nodegc import defaults
 from nodegc.api.errors import KubeError
 
-DEFAULT_TIMEOUT = 10.0
+DEFAULT_TIMEOUT = defaults.REQUEST_TIMEOUT_SECONDS
 AGENT_FIELD_MANAGER = "nodegc"
 CONTROLLER_FIELD_MANAGER = "nodegc-controller"
 
