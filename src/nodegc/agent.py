@@ -163,7 +163,7 @@ def cmd_agent(settings: AgentSettings) -> int:
             server = _serve(settings.metrics_address, metrics, heartbeat)
             if server is not None:
                 cleanup.callback(server.shutdown)
-            source, events = _desired(settings, node, wakeups, cleanup)
+            source, events, conditions = _desired(settings, node, wakeups, cleanup)
             ledger = cleanup.enter_context(open_ledger(settings.safety.ledger_path))
         except (HealthServerError, ValueError) as e:
             print(f"nodegc: cannot serve metrics and health on {settings.metrics_address}: {e}", file=sys.stderr)
@@ -181,7 +181,6 @@ def cmd_agent(settings: AgentSettings) -> int:
         stats = getattr(source, "stats", None)
         if callable(stats):
             metrics.watch_counters(stats)  # the pod watch's lists, relists, watch restarts and events
-        conditions = _node_conditions(settings, node)
 
         def on_report(report: CycleReport) -> None:
             if events is not None:
@@ -206,10 +205,11 @@ def _serve(address: str, metrics: Metrics, heartbeat: Heartbeat) -> HealthServer
 
 def _desired(
     settings: AgentSettings, node: str, wakeups: Wakeups, cleanup: ExitStack
-) -> tuple[DesiredSource, EventRecorder | None]:
-    """A snapshot file, or a watch on the node's pods plus an Event recorder on the same API."""
+) -> tuple[DesiredSource, EventRecorder | None, NodeConditionWriter | None]:
+    """A snapshot file, or a watch on the node's pods plus an Event recorder and the node's conditions
+    (ResidueReclaimBlocked, PodIPRangePressure) on the same API; neither in dry run."""
     if settings.source.pods_from is not None:
-        return make_source(settings.source), None
+        return make_source(settings.source), None, None
     hook = deletion_hook(wakeups, consecutive_scans=settings.phases.consecutive_scans,
                          grace=settings.phases.grace_seconds)
     client = make_api_client(settings.source)  # one client: the watch, the live GETs, the Events
@@ -217,19 +217,9 @@ def _desired(
     reflector = make_reflector(settings.source, on_delete=hook, client=client)
     cleanup.callback(reflector.stop)
     if settings.dry_run:
-        return reflector, None
+        return reflector, None, None
     events = make_event_recorder(settings.source, node=node, client=client)
     events.start()
     cleanup.callback(events.stop)
-    return reflector, events
+    return reflector, events, make_node_conditions(node=node, client=client)
 
-
-def _node_conditions(settings: AgentSettings, node: str) -> NodeConditionWriter | None:
-    """ResidueReclaimBlocked and PodIPRangePressure on the Node, with the API as source and not in dry run."""
-    if settings.source.pods_from is not None or settings.dry_run:
-        return None
-    try:
-        return make_node_conditions(settings.source, node=node)
-    except KubeError as e:
-        log.warning("node conditions disabled: no API client", error=str(e))
-        return None

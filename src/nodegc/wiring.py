@@ -245,12 +245,11 @@ def make_event_recorder(
     return EventRecorder(client, component="nodegc", instance=node, host=node)
 
 
-def make_node_conditions(source: SourceSettings, *, node: str) -> NodeConditionWriter:
-    """nodegc's NodeConditions on its Node, on the API the source reads; raises KubeError without a client."""
-    from nodegc.kube.client import make_client
+def make_node_conditions(*, node: str, client: lightkube.Client) -> NodeConditionWriter:
+    """nodegc's NodeConditions on its Node, through the process's API client."""
     from nodegc.kube.nodes import NodeConditionWriter
 
-    return NodeConditionWriter(make_client(source.kubeconfig), node)
+    return NodeConditionWriter(client, node)
 
 
 def make_engine_settings(safety: SafetySettings, phases: PhasePolicy) -> EngineSettings:

@@ -10,7 +10,7 @@ from pathlib import Path
 import lightkube
 import pytest
 
-from nodegc.kube.client import make_client
+from nodegc.api.client import make_client
 from nodegc.kube.nodes import NodeConditionWriter
 from nodegc.model.conditions import IP_RANGE_PRESSURE, RECLAIM_BLOCKED, NodeCondition
 from nodegc.planning.conditions import node_conditions

@@ -20,7 +20,7 @@ import lightkube
 from lightkube.resources.core_v1 import Node
 from lightkube.types import PatchType
 
-from nodegc.kube.errors import KubeError, call
+from nodegc.api.errors import KubeError, call
 from nodegc.kube.events import rfc3339
 from nodegc.model.conditions import CONDITION_TYPES, NodeCondition
 from nodegc.observe.logs import get_logger
