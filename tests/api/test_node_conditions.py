@@ -126,8 +126,23 @@ def test_a_failed_patch_is_retried_at_the_next_update(api: FakeKubeAPI, client: 
     api.fail_next(503, path_prefix="/api/v1/nodes/node-a/status")
     assert not w.update([BLOCKED])
     assert RECLAIM_BLOCKED not in conditions(api)
+    sent = len(status_patches(api))
+    clock.advance(30)
+    assert not w.update([BLOCKED])  # backing off: nothing sent
+    assert len(status_patches(api)) == sent
+    clock.advance(31)
     assert w.update([BLOCKED])
     assert conditions(api)[RECLAIM_BLOCKED]["status"] == "True"
+
+
+def test_a_missing_node_is_not_asked_for_every_cycle(api: FakeKubeAPI, client: lightkube.Client) -> None:
+    clock = Clock()
+    w = NodeConditionWriter(client, "node-gone", clock=lambda: clock.wall, monotonic=lambda: clock.mono)
+    assert not w.update([BLOCKED])
+    for _ in range(5):
+        clock.advance(10)
+        w.update([BLOCKED])
+    assert len([r for r in api.requests if "node-gone" in r.path]) == 1
 
 
 def test_the_planner_conditions_round_trip(api: FakeKubeAPI, client: lightkube.Client) -> None:

@@ -5,7 +5,7 @@ One strategic merge patch on the `nodes/<name>/status` subresource carries only 
 written when its status, reason or message changes, and again every `heartbeat_seconds` (its
 `lastHeartbeatTime` says nodegc is still watching); `lastTransitionTime` moves only when the status does.
 The first update reads the Node once, so a restarted agent keeps the transition times already there.
-A failed write is logged and retried at the next update; it never raises.
+A failed read or write is logged and retried at the first update a minute later; it never raises.
 """
 
 from __future__ import annotations
@@ -27,6 +27,8 @@ from nodegc.observe.logs import get_logger
 
 log = get_logger("nodegc.kube.nodes")
 HEARTBEAT_SECONDS = 300.0
+RETRY_SECONDS = 60.0
+"""After a failed read or write, the next attempt waits this long (a missing Node, RBAC not granted)."""
 
 
 def _utcnow() -> datetime:
@@ -59,9 +61,12 @@ class NodeConditionWriter:
         self._known: dict[str, tuple[str, str]] | None = None
         """Status and lastTransitionTime of nodegc's conditions as the Node had them when first read."""
         self.patches = 0
+        self._retry_at = 0.0
 
     def update(self, conditions: Sequence[NodeCondition]) -> bool:
         """Write what changed (or is due for a heartbeat); True when the Node is up to date."""
+        if self.monotonic() < self._retry_at:
+            return False
         try:
             if self._known is None:
                 self._known = self._read()
@@ -82,7 +87,9 @@ class NodeConditionWriter:
             call(f"patch node {self.node} status", lambda: self.client.patch(
                 Node.Status, self.node, {"status": {"conditions": due}}, patch_type=PatchType.STRATEGIC))
         except KubeError as e:
-            log.warning("node conditions not written; retried next cycle", node=self.node, error=str(e))
+            self._retry_at = self.monotonic() + RETRY_SECONDS
+            log.warning("node conditions not written; retried later", node=self.node, error=str(e),
+                        retry_seconds=RETRY_SECONDS)
             return False
         self.patches += 1
         self._written.update(pending)
