@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -23,13 +23,10 @@ from msgspec import MsgspecError
 
 from nodegc.desired.pods import pod_from_object
 from nodegc.desired.source import SourceError
+from nodegc.hostio.clock import utcnow
 from nodegc.model.pods import DesiredState, Pod
 
 CHUNK_SIZE = 500
-
-
-def _utcnow() -> datetime:
-    return datetime.now(UTC)
 
 
 class KubeSource:
@@ -42,7 +39,7 @@ class KubeSource:
         kubeconfig: Path | None = None,
         client: lightkube.Client | None = None,
         timeout: float = 10.0,
-        clock: Callable[[], datetime] = _utcnow,
+        clock: Callable[[], datetime] = utcnow,
     ) -> None:
         if not node:
             raise ValueError("node must be a non-empty node name")

@@ -7,11 +7,11 @@ a pod we cannot identify cannot prove that anything else is residue.
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from nodegc.model.addresses import normalized_ip
 from nodegc.model.pods import Pod
 
 DEFAULT_NAMESPACE = "default"
@@ -98,7 +98,7 @@ def _pod_ips(status: Mapping[str, Any], label: str) -> tuple[str, ...]:
     seen: dict[str, None] = {}
     for ip in raw:
         try:
-            seen[str(ipaddress.ip_address(ip.strip()))] = None
+            seen[normalized_ip(ip.strip())] = None
         except ValueError as e:
             raise ValueError(f"pod {label}: {ip!r} is not an IP address") from e
     return tuple(seen)

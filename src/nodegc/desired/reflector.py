@@ -26,7 +26,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -37,16 +37,13 @@ from lightkube.resources.core_v1 import Pod as PodResource
 from nodegc.desired.kube import build_client, get_pod_live, list_node_pods
 from nodegc.desired.pods import pod_from_object
 from nodegc.desired.source import SourceError
+from nodegc.hostio.clock import utcnow
 from nodegc.model.pods import DesiredState, Pod
 from nodegc.observe.logs import get_logger
 
 log = get_logger("nodegc.reflector")
 
 COUNTERS = ("lists", "watches", "resyncs", "stale_lists", "relists_gone", "relists_stalled", "relists_error")
-
-
-def _utcnow() -> datetime:
-    return datetime.now(UTC)
 
 
 class _Relist(Exception):
@@ -90,7 +87,7 @@ class PodReflector:
         retry_seconds: float = 1.0,
         max_retry_seconds: float = 30.0,
         max_stale_lists: int = 3,
-        clock: Callable[[], datetime] = _utcnow,
+        clock: Callable[[], datetime] = utcnow,
         on_delete: Callable[[Pod], None] | None = None,
     ) -> None:
         if not node:
