@@ -25,6 +25,7 @@ from lightkube.generic_resource import GenericNamespacedResource, create_api_inf
 from lightkube.resources.core_v1 import Pod as PodResource
 from lightkube.types import PatchType
 
+from nodegc import defaults
 from nodegc.desired.pods import pod_from_object
 from nodegc.kube.errors import KubeError, call
 from nodegc.kube.events import EventRecorder, EventType, ObjectRef
@@ -58,7 +59,7 @@ class RawEndpointSlice(GenericNamespacedResource):
 @dataclass(frozen=True)
 class SweepOptions:
     dry_run: bool = False
-    max_patches: int = 50
+    max_patches: int = defaults.MAX_PATCHES_PER_PASS
     max_conflict_retries: int = 3
     chunk_size: int = CHUNK_SIZE
 

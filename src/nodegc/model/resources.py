@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
+from nodegc.model.runtime import RuntimeView
+
 
 class Kind(StrEnum):
     POD_DIR = "pod_dir"
@@ -20,6 +22,10 @@ class Kind(StrEnum):
     VETH = "veth"
     IPTABLES_CHAIN = "iptables_chain"
     HOSTPORT_RULE = "hostport_rule"
+    SANDBOX = "sandbox"
+    RUNTIME_LEFTOVER = "runtime_leftover"
+    POD_LOG_DIR = "pod_log_dir"
+    FIREWALL_RULE = "firewall_rule"
 
 
 @dataclass(frozen=True)
@@ -182,3 +188,5 @@ class Inventory:
     chains: tuple[IptablesChain, ...] = ()
     hostport_rules: tuple[HostportRule, ...] = ()
     problems: tuple[ReadProblem, ...] = field(default=())
+    runtime: RuntimeView | None = None
+    """What the container runtime said; None when no runtime is configured or its socket is absent."""

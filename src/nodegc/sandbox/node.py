@@ -36,6 +36,7 @@ CNI_BIN_DIR = Path("/usr/lib/cni")
 _CMD_TIMEOUT = 30.0
 _LINK_GONE_TIMEOUT = 10.0
 
+_MNT_DETACH = libc.MNT_DETACH
 _NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # what Kubernetes uses for generated name suffixes
 
 
