@@ -23,8 +23,8 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Event
 from lightkube.types import PatchType
 
+from nodegc.api.errors import KubeError, call
 from nodegc.hostio.clock import utcnow
-from nodegc.kube.errors import KubeError, call
 from nodegc.model.pods import Pod
 from nodegc.observe.logs import get_logger
 
