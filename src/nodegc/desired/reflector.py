@@ -26,7 +26,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,7 @@ from nodegc.api.objects import pod_from_object
 from nodegc.api.streaming import WatchRequests
 from nodegc.desired.kube import build_client, get_pod_live, list_node_pods
 from nodegc.desired.source import SourceError
+from nodegc.hostio.clock import utcnow
 from nodegc.model.pods import DesiredState, Pod
 from nodegc.observe.logs import get_logger
 
@@ -47,10 +48,6 @@ log = get_logger("nodegc.reflector")
 COUNTERS = ("lists", "watches", "resyncs", "stale_lists", "relists_gone", "relists_stalled", "relists_error")
 _EVENT_TYPES = ("ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR")
 """Watch events are counted by type under `events_<type>` (for metrics)."""
-
-
-def _utcnow() -> datetime:
-    return datetime.now(UTC)
 
 
 class _Relist(Exception):
@@ -94,7 +91,7 @@ class PodReflector:
         retry_seconds: float = 1.0,
         max_retry_seconds: float = 30.0,
         max_stale_lists: int = 3,
-        clock: Callable[[], datetime] = _utcnow,
+        clock: Callable[[], datetime] = utcnow,
         on_delete: Callable[[Pod], None] | None = None,
     ) -> None:
         if not node:
