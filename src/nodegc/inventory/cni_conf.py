@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from nodegc.inventory.cni_ipam import FileReadError, irregular, list_top_dir, read_small_file
+from nodegc.hostio.files import FileReadError, irregular, list_top_dir, read_small_file
 from nodegc.model.ipranges import AddressRange, HostLocalRange
 from nodegc.model.resources import CNICacheEntry, Kind
 
