@@ -51,7 +51,7 @@ def cmd_scan(settings: ScanSettings) -> int:
     findings = correlate(inventory, desired, now=datetime.now(UTC),
                          policy=CorrelationPolicy(min_age_seconds=settings.options.min_age_seconds))
     report = Report(node=desired.node, source=desired.source, taken_at=inventory.taken_at,
-                    findings=findings, problems=inventory.problems)
+                    findings=findings, problems=inventory.problems, runtime=inventory.runtime)
     for p in inventory.problems:
         log.warning("read problem", kind=p.kind.value, path=p.path, reason=p.reason)
     log.info("scan done", node=desired.node, findings=len(findings), residue=len(report.residue),
