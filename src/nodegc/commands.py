@@ -67,7 +67,9 @@ def cmd_scan(settings: ScanSettings) -> int:
 def cmd_clean(settings: CleanSettings) -> int:
     """One shot. Without --apply: an in-memory ledger and the dry-run executor, so nothing on the node
     or on disk changes. With --apply: the node's ledger (locked against a running agent)."""
-    executor = make_executor(settings.roots, dry_run=not settings.apply, timeout=settings.safety.command_timeout)
+    executor = make_executor(settings.roots, dry_run=not settings.apply, timeout=settings.safety.command_timeout,
+                             runtime_endpoint=settings.safety.runtime_endpoint,
+                             runtime_timeout=settings.safety.runtime_timeout)
     engine_settings = make_engine_settings(settings.safety, ONE_SHOT_PHASES)
     where: Path | str = settings.safety.ledger_path if settings.apply else ":memory:"
     try:

@@ -267,8 +267,13 @@ ONE_SHOT_PHASES = PhasePolicy(consecutive_scans=1, grace_seconds=0)
 """`clean` has no earlier scans to count: K=1 and no grace; the minimum age still protects."""
 
 
-def make_executor(roots: Roots, *, dry_run: bool, timeout: float) -> Executor:
-    return DryRunExecutor() if dry_run else HostExecutor(roots, timeout=timeout)
+def make_executor(roots: Roots, *, dry_run: bool, timeout: float, runtime_endpoint: str | None = None,
+                  runtime_timeout: float = defaults.RUNTIME_TIMEOUT_SECONDS) -> Executor:
+    if dry_run:
+        return DryRunExecutor()
+    # StopPodSandbox runs the runtime's CNI DEL: it gets the longer of the two bounds.
+    return HostExecutor(roots, timeout=timeout, runtime_endpoint=runtime_endpoint,
+                        runtime_timeout=max(timeout, runtime_timeout))
 
 
 @contextmanager
