@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from nodegc.desired.source import DesiredSource, SourceError
 from nodegc.engine.cycle import CycleReport, Engine
 from nodegc.exitcodes import EXIT_BLOCKED, EXIT_CLEAN, EXIT_SOURCE, EXIT_USAGE
-from nodegc.kube.errors import KubeError
 from nodegc.kube.events import EventRecorder, EventType, ObjectRef
 from nodegc.ledger.store import LedgerError, LedgerLocked
 from nodegc.model.findings import Finding
@@ -30,6 +29,7 @@ from nodegc.observe.logs import get_logger
 from nodegc.observe.metrics import Metrics
 from nodegc.wiring import (
     AgentSettings,
+    make_api_client,
     make_engine_settings,
     make_event_recorder,
     make_executor,
@@ -199,15 +199,13 @@ def _desired(
         return make_source(settings.source), None
     hook = deletion_hook(wakeups, consecutive_scans=settings.phases.consecutive_scans,
                          grace=settings.phases.grace_seconds)
-    reflector = make_reflector(settings.source, on_delete=hook)
+    client = make_api_client(settings.source)  # one client: the watch, the live GETs, the Events
+    cleanup.callback(client.close)
+    reflector = make_reflector(settings.source, on_delete=hook, client=client)
     cleanup.callback(reflector.stop)
     if settings.dry_run:
         return reflector, None
-    try:
-        events = make_event_recorder(settings.source, node=node)
-    except KubeError as e:
-        log.warning("events disabled: no API client", error=str(e))
-        return reflector, None
+    events = make_event_recorder(settings.source, node=node, client=client)
     events.start()
     cleanup.callback(events.stop)
     return reflector, events

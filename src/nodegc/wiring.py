@@ -38,6 +38,8 @@ from nodegc.reclaim.dispatch import DryRunExecutor, Executor, HostExecutor
 from nodegc.settings import Roots, ScanOptions
 
 if TYPE_CHECKING:
+    import lightkube
+
     from nodegc.desired.reflector import PodReflector
     from nodegc.kube.events import EventRecorder
 
@@ -236,19 +238,33 @@ def make_source(source: SourceSettings) -> DesiredSource:
     return KubeSource(source.node_name(), kubeconfig=source.kubeconfig)
 
 
-def make_reflector(source: SourceSettings, *, on_delete: Callable[[Pod], None]) -> PodReflector:
-    """A started watch on the node's pods; the caller stops it (`.stop()`)."""
+def make_api_client(source: SourceSettings) -> lightkube.Client:
+    """The process's one API client (watch, live GETs, Events); SourceError when it cannot be set up."""
+    from nodegc.desired.kube import build_client
+
+    return build_client(source.kubeconfig, timeout=defaults.REQUEST_TIMEOUT_SECONDS)
+
+
+def make_reflector(
+    source: SourceSettings, *, on_delete: Callable[[Pod], None], client: lightkube.Client | None = None
+) -> PodReflector:
+    """A started watch on the node's pods; the caller stops it (`.stop()`), and closes `client`."""
     from nodegc.desired.reflector import PodReflector
 
-    return PodReflector(source.node_name(), kubeconfig=source.kubeconfig, on_delete=on_delete).start()
+    return PodReflector(source.node_name(), kubeconfig=source.kubeconfig, client=client,
+                        on_delete=on_delete).start()
 
 
-def make_event_recorder(source: SourceSettings, *, node: str) -> EventRecorder:
+def make_event_recorder(
+    source: SourceSettings, *, node: str, client: lightkube.Client | None = None
+) -> EventRecorder:
     """An EventRecorder on the API the source reads (not started); raises KubeError without a client."""
-    from nodegc.kube.client import make_client
+    from nodegc.api.client import make_client
     from nodegc.kube.events import EventRecorder
 
-    return EventRecorder(make_client(source.kubeconfig), component="nodegc", instance=node, host=node)
+    if client is None:
+        client = make_client(source.kubeconfig)
+    return EventRecorder(client, component="nodegc", instance=node, host=node)
 
 
 def make_engine_settings(safety: SafetySettings, phases: PhasePolicy) -> EngineSettings:

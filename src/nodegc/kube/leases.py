@@ -25,7 +25,7 @@ from lightkube.resources.coordination_v1 import Lease
 from lightkube.types import PatchType
 
 from nodegc import defaults
-from nodegc.kube.errors import KubeError, call
+from nodegc.api.errors import KubeError, call
 from nodegc.observe.logs import get_logger
 
 log = get_logger("nodegc.kube.leases")
