@@ -36,7 +36,7 @@ def _snapshot(node: SandboxNode, path: Path, pods: list[dict[str, Any]]) -> Path
     return path
 
 
-def _nodegc(node: SandboxNode, rt: SandboxContainerd, tmp: Path, snap: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+def _nodegc(node: SandboxNode, rt: SandboxContainerd, snap: Path, *argv: str) -> subprocess.CompletedProcess[str]:
     r = node.roots
     roots = ["--kubelet-root", str(r.kubelet_root), "--cni-data-dir", str(r.cni_data_dir), "--netns-dir",
              str(r.netns_dir), "--net-ns", str(r.net_ns), "--cni-bin-dir", "/usr/lib/cni",
@@ -88,7 +88,7 @@ def test_reboot_orphans_and_id_only_files(containerd_node: Runtime, tmp_path: Pa
 
     snap = _snapshot(node, tmp_path / "pods.json",
                      [_pod(node, s, new_state[s.name][1][0]) for s in (web, db)])  # type: ignore[index]
-    scan = _nodegc(node, rt, tmp_path, snap, "scan", "-o", "json")
+    scan = _nodegc(node, rt, snap, "scan", "-o", "json")
     assert scan.returncode in (0, 3), scan.stderr
     doc = json.loads(scan.stdout)
     assert doc["runtime"]["name"] == "containerd" and doc["runtime"]["reachable"]
@@ -107,7 +107,7 @@ def test_reboot_orphans_and_id_only_files(containerd_node: Runtime, tmp_path: Pa
             continue
         assert f["owner"]["container_id"] not in ready, f
 
-    clean = _nodegc(node, rt, tmp_path, snap, "clean", "--apply", "--state-dir", str(tmp_path / "state"), "-o", "json")
+    clean = _nodegc(node, rt, snap, "clean", "--apply", "--state-dir", str(tmp_path / "state"), "-o", "json")
     assert clean.returncode in (0, 3), clean.stderr[-3000:]
     with rt.client() as c:
         listed = {sb.id: sb.state for sb in c.list_sandboxes()}
