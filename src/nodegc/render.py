@@ -46,6 +46,8 @@ class Report:
     taken_at: datetime
     findings: Sequence[Finding]
     problems: Sequence[ReadProblem]
+    unseen: Sequence[str] = ()
+    """Why the scan cannot see the node (a missing root, no pod directory while pods run): not a clean node."""
 
     @property
     def residue(self) -> list[Finding]:
@@ -85,6 +87,7 @@ def report_doc(report: Report) -> dict[str, Any]:
         "summary": summary(report),
         "findings": [finding_doc(f) for f in report.findings],
         "problems": [{"kind": p.kind.value, "path": p.path, "reason": p.reason} for p in report.problems],
+        "unseen": list(report.unseen),
     }
 
 
@@ -141,6 +144,8 @@ def render_table(report: Report, *, show_all: bool = False) -> str:
     )
     for p in report.problems:
         lines.append(f"problem: {p.kind.value} {p.path}: {p.reason}")
+    for reason in report.unseen:
+        lines.append(f"UNSEEN  {reason}")
     return "\n".join(lines) + "\n"
 
 
