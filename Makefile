@@ -3,12 +3,12 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-APT_PACKAGES := python3-venv containernetworking-plugins iptables iproute2 util-linux
+APT_PACKAGES := python3-venv containernetworking-plugins iptables iproute2 util-linux zsh fish
 # Everything that touches the kernel runs in private mount and network namespaces: nothing leaks.
 ISOLATE := unshare --mount --net --propagation private -- bash -c 'ip link set lo up && exec "$$0" "$$@"'
 PYTEST_ARGS ?= -q
 
-.PHONY: all deps npm venv tools lint typecheck test unit demo bench bench-reclaim clean
+.PHONY: all deps npm venv tools lint typecheck test unit demo bench bench-reclaim clean lock
 
 all: test
 
@@ -25,10 +25,11 @@ npm:
 	  if [ "$$(id -u)" != 0 ]; then echo "nodegc: npm is missing (run as root or install it)"; exit 1; fi; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq npm; }
 
-$(VENV)/.installed: pyproject.toml
+# The runtime dependencies at the versions the image installs (constraints.txt; `make lock` renews it).
+$(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q -e '.[dev]'
+	$(VENV)/bin/pip install -q -e '.[dev]' --constraint constraints.txt
 	touch $@
 
 venv: $(VENV)/.installed
@@ -65,6 +66,9 @@ bench: deps venv
 
 bench-reclaim: deps venv
 	$(ISOLATE) $(PY) bench/reclaim.py
+
+lock: venv
+	$(PY) scripts/lock.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

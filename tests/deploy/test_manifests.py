@@ -32,6 +32,8 @@ CRD_KINDS = {("monitoring.coreos.com/v1", "ServiceMonitor")}
 # Labels only the chart sets (release bookkeeping); everything else must be identical to the manifests.
 CHART_ONLY_LABELS = {"app.kubernetes.io/instance", "app.kubernetes.io/managed-by",
                      "app.kubernetes.io/version", "helm.sh/chart"}
+# Pod annotations only the chart sets (kustomize cannot hash the ConfigMap into the pod template).
+CHART_ONLY_POD_ANNOTATIONS = {"checksum/config"}
 
 RELABEL_ACTIONS = {"replace", "keep", "drop", "labelmap", "labeldrop", "labelkeep", "hashmod", "lowercase",
                    "uppercase", "keepequal", "dropequal"}
@@ -57,8 +59,10 @@ AGENT_MOUNTS = {
     "/run/xtables.lock": ("/run/xtables.lock", "FileOrCreate", None, False),
     "/var/lib/nodegc": ("/var/lib/nodegc", "DirectoryOrCreate", None, False),
     "/tmp": (None, None, None, False),  # an emptyDir: the root filesystem is read-only
+    "/etc/nodegc": (None, None, None, True),  # the config file, from a ConfigMap
 }
-AGENT_ARGS = ["agent", "--node=$(NODE_NAME)", "--metrics-address=0.0.0.0:9808", "--state-dir=/var/lib/nodegc"]
+AGENT_ARGS = ["agent", "--config=/etc/nodegc/agent.yaml", "--node=$(NODE_NAME)", "--metrics-address=0.0.0.0:9808",
+              "--state-dir=/var/lib/nodegc"]
 CONTROLLER_ARGS = ["controller", "--metrics-address=0.0.0.0:9809", f"--lease-namespace={NAMESPACE}"]
 
 
@@ -117,8 +121,9 @@ def helm_template(helm: str, *args: str) -> list[Obj]:
 
 @pytest.fixture(scope="session")
 def charted(helm: str) -> list[Obj]:
-    """The chart with its defaults plus the ServiceMonitor (off by default, like the base)."""
-    return helm_template(helm, "--set", "serviceMonitor.enabled=true")
+    """The chart with its defaults plus the ServiceMonitors (off by default, like the base) and the
+    Namespace (the base creates it; the chart leaves it to --create-namespace by default)."""
+    return helm_template(helm, "--set", "serviceMonitor.enabled=true", "--set", "namespace.create=true")
 
 
 def pod_spec(o: Obj) -> Obj:
@@ -145,7 +150,7 @@ def test_kustomize_output_validates(kustomized: list[Obj]) -> None:
     validate(kustomized)
     assert {o["kind"] for o in kustomized} == {
         "Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Service",
-        "DaemonSet", "Deployment", "ServiceMonitor"}
+        "DaemonSet", "Deployment", "ServiceMonitor", "ConfigMap", "PodDisruptionBudget"}
     for o in kustomized:
         if o["kind"] not in {"Namespace", "ClusterRole", "ClusterRoleBinding"}:
             assert o["metadata"]["namespace"] == NAMESPACE, o["metadata"]["name"]
@@ -190,6 +195,13 @@ def strip_chart_labels(o: Obj) -> Obj:
     labels = o["metadata"].get("labels", {})
     for k in CHART_ONLY_LABELS:
         labels.pop(k, None)
+    template = o.get("spec", {}).get("template", {}).get("metadata")
+    if template is not None:
+        annotations = template.get("annotations", {})
+        for k in CHART_ONLY_POD_ANNOTATIONS:
+            annotations.pop(k, None)
+        if not annotations:
+            template.pop("annotations", None)
     return o
 
 

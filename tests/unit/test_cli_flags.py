@@ -159,20 +159,6 @@ def test_a_missing_config_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert "cannot read" in capsys.readouterr().err
 
 
-def test_the_chart_config_is_a_valid_agent_config(tmp_path: Path) -> None:
-    """The ConfigMap the chart renders by default (values.yaml) is accepted by the agent as it stands."""
-    import yaml
-
-    chart = Path(__file__).resolve().parents[2] / "deploy" / "chart" / "nodegc" / "values.yaml"
-    values = yaml.safe_load(chart.read_text())
-    cfg = tmp_path / "agent.yaml"
-    cfg.write_text(yaml.safe_dump({"apiVersion": "nodegc.io/v1alpha1", "kind": "AgentConfig",
-                                   **values["agent"]["config"]}))
-    s, applied = _agent([], cfg)
-    assert applied
-    assert s.interval > 0
-
-
 # -- help and completion ---------------------------------------------------------------------------
 
 
