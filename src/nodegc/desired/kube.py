@@ -35,16 +35,13 @@ from nodegc.api.client import make_client
 from nodegc.api.errors import KubeError, call, get_or_none
 from nodegc.api.objects import object_resource_version, pod_from_object, resource_version_number
 from nodegc.desired.source import SourceError
+from nodegc.hostio.clock import utcnow
 from nodegc.model.pods import DesiredState, Pod
 
 CHUNK_SIZE = 500
 NODE_LEASE_NAMESPACE = "kube-node-lease"
 MAX_LEASE_AGE_SECONDS = 40.0
 """The kubelet's default node lease duration; it renews every quarter of it (10 s)."""
-
-
-def _utcnow() -> datetime:
-    return datetime.now(UTC)
 
 
 class KubeSource:
@@ -57,7 +54,7 @@ class KubeSource:
         kubeconfig: Path | None = None,
         client: lightkube.Client | None = None,
         timeout: float = 10.0,
-        clock: Callable[[], datetime] = _utcnow,
+        clock: Callable[[], datetime] = utcnow,
         prove_current: bool = True,
         max_lease_age_seconds: float = MAX_LEASE_AGE_SECONDS,
     ) -> None:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
+from nodegc.model.ipranges import HostLocalRange
 from nodegc.model.runtime import RuntimeView
 
 
@@ -188,5 +189,9 @@ class Inventory:
     chains: tuple[IptablesChain, ...] = ()
     hostport_rules: tuple[HostportRule, ...] = ()
     problems: tuple[ReadProblem, ...] = field(default=())
+    ip_ranges: tuple[HostLocalRange, ...] = ()
+    """host-local range sets from the CNI configuration (conf dir and cached configs)."""
+    ip_range_problems: tuple[str, ...] = ()
+    """Configuration that could not be read for ranges ("<path>: <reason>"); no resource kind is affected."""
     runtime: RuntimeView | None = None
     """What the container runtime said; None when no runtime is configured or its socket is absent."""
