@@ -129,12 +129,13 @@ def unseen(roots: Roots, inventory: Inventory, desired: DesiredState) -> list[st
 def cmd_scan(settings: ScanSettings) -> int:
     from nodegc.inventory.scanning import scan_node
     from nodegc.planning.correlate import correlate
+    from nodegc.planning.ipranges import range_usage
     from nodegc.render import Report, render_json, render_table, render_yaml
 
     denied = require_root("nodegc scan")
     if denied is not None:
         return denied
-    source = make_source(settings.source)
+    source = make_source(settings.source, prove_current=False)  # read only: no destructive step follows
     try:
         desired = source.fetch()
     except SourceError as e:
@@ -145,7 +146,9 @@ def cmd_scan(settings: ScanSettings) -> int:
                          policy=CorrelationPolicy(min_age_seconds=settings.options.min_age_seconds))
     blind = unseen(settings.roots, inventory, desired)
     report = Report(node=desired.node, source=desired.source, taken_at=inventory.taken_at,
-                    findings=findings, problems=inventory.problems, unseen=tuple(blind))
+                    findings=findings, problems=inventory.problems, unseen=tuple(blind),
+                    ranges=range_usage(inventory, findings), range_problems=inventory.ip_range_problems,
+                    runtime=inventory.runtime)
     for p in inventory.problems:
         log.info("read problem", kind=p.kind.value, path=p.path, reason=p.reason)
     log.info("scan done", node=desired.node, findings=len(findings), residue=len(report.residue),
@@ -232,7 +235,9 @@ def cmd_clean(settings: CleanSettings, *, sleep: Callable[[float], None] = time.
     if denied is not None:
         return denied
     progress = Progress(table=settings.output == "table", out=sys.stdout, err=sys.stderr)
-    executor = make_executor(settings.roots, dry_run=not settings.apply, timeout=settings.safety.command_timeout)
+    executor = make_executor(settings.roots, dry_run=not settings.apply, timeout=settings.safety.command_timeout,
+                             runtime_endpoint=settings.safety.runtime_endpoint,
+                             runtime_timeout=settings.safety.runtime_timeout)
     if settings.apply:
         executor = StreamingExecutor(executor, progress)
     engine_settings = make_engine_settings(settings.safety, ONE_SHOT_PHASES)

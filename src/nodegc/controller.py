@@ -21,11 +21,11 @@ import lightkube
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, start_http_server
 
 from nodegc import defaults
+from nodegc.api.client import CONTROLLER_FIELD_MANAGER, make_client
+from nodegc.api.errors import KubeError
 from nodegc.exitcodes import EXIT_CLEAN, EXIT_SOURCE, EXIT_USAGE
 from nodegc.flags import add_controller_parser
-from nodegc.kube.client import make_client
 from nodegc.kube.endpointslices import EndpointSliceSweeper, SweepOptions, SweepReport
-from nodegc.kube.errors import KubeError
 from nodegc.kube.events import EventRecorder, FlushReport
 from nodegc.kube.leases import LeaderElector, LeaseConfig
 from nodegc.observe.health import HealthServer, HealthServerError
@@ -230,7 +230,7 @@ def cmd_controller(args: argparse.Namespace) -> int:
         sweep=SweepOptions(dry_run=args.dry_run, max_patches=args.max_patches_per_pass),
     )
     try:
-        client = make_client(args.kubeconfig, field_manager="nodegc-controller")
+        client = make_client(args.kubeconfig, field_manager=CONTROLLER_FIELD_MANAGER)
     except KubeError as e:
         print(f"nodegc: {e}", file=sys.stderr)
         return EXIT_SOURCE

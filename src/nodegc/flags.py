@@ -137,11 +137,13 @@ def build_parser() -> argparse.ArgumentParser:
                       help="resources younger than this are protected")
     scan.add_argument("--command-timeout", type=seconds(">", 0), default=defaults.COMMAND_TIMEOUT_SECONDS,
                       metavar="DURATION", help="bound for each external command (iptables-save)")
+    add_runtime_flags(scan)
 
     clean = command("clean", "one shot: plan the reclaim of residue; --apply does it", CLEAN_EPILOG)
     add_source_flags(clean)
     add_root_flags(clean)
     add_engine_flags(clean)
+    add_runtime_flags(clean)
     clean.add_argument("--apply", action="store_true", help="reclaim for real (default: print the plan only)")
     add_output_flag(clean)
 
@@ -149,6 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_source_flags(agent)
     add_root_flags(agent)
     add_engine_flags(agent)
+    add_runtime_flags(agent)
     add_agent_flags(agent)
 
     add_controller_parser(sub, [logs])
@@ -202,6 +205,15 @@ def add_root_flags(p: argparse.ArgumentParser) -> None:
                    help="mountinfo is read from <proc-root>/self/mountinfo")
     g.add_argument("--net-ns", type=Path, default=None, metavar="FILE",
                    help="read links and iptables in this network namespace (default: the one nodegc runs in)")
+
+
+def add_runtime_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("container runtime (CRI)")
+    g.add_argument("--runtime-endpoint", default=defaults.RUNTIME_ENDPOINT, metavar="ENDPOINT",
+                   help="CRI socket, as crictl and the kubelet take it (default: %(default)s; CRI-O: "
+                        "unix:///var/run/crio/crio.sock; 'none': read no runtime)")
+    g.add_argument("--runtime-timeout", type=seconds(">", 0), default=defaults.RUNTIME_TIMEOUT_SECONDS,
+                   metavar="DURATION", help="upper bound for one CRI call (default: %(default)s)")
 
 
 def add_source_flags(p: argparse.ArgumentParser) -> None:

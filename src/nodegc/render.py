@@ -12,7 +12,9 @@ from typing import Any, TypedDict
 import yaml
 
 from nodegc.model.findings import Finding, FindingClass
+from nodegc.model.ipranges import RangeUsage
 from nodegc.model.resources import ReadProblem
+from nodegc.model.runtime import RuntimeView
 
 
 class OwnerDoc(TypedDict):
@@ -48,6 +50,9 @@ class Report:
     problems: Sequence[ReadProblem]
     unseen: Sequence[str] = ()
     """Why the scan cannot see the node (a missing root, no pod directory while pods run): not a clean node."""
+    ranges: Sequence[RangeUsage] = ()
+    range_problems: Sequence[str] = ()
+    runtime: RuntimeView | None = None
 
     @property
     def residue(self) -> list[Finding]:
@@ -85,10 +90,62 @@ def report_doc(report: Report) -> dict[str, Any]:
         "source": report.source,
         "takenAt": report.taken_at.isoformat(),
         "summary": summary(report),
+        "runtime": runtime_doc(report.runtime),
         "findings": [finding_doc(f) for f in report.findings],
         "problems": [{"kind": p.kind.value, "path": p.path, "reason": p.reason} for p in report.problems],
         "unseen": list(report.unseen),
+        "ipRanges": [range_doc(u) for u in report.ranges],
+        "ipRangeProblems": list(report.range_problems),
     }
+
+
+def runtime_doc(view: RuntimeView | None) -> dict[str, Any] | None:
+    """Which runtime answered (name, version, API version), or why it did not; None: none was read."""
+    if view is None:
+        return None
+    return {
+        "endpoint": view.endpoint,
+        "reachable": view.reachable,
+        "name": view.runtime_name,
+        "version": view.runtime_version,
+        "apiVersion": view.api_version,
+        "sandboxes": len(view.sandboxes),
+        "ready": sum(1 for sb in view.sandboxes if sb.ready),
+        "containers": len(view.containers),
+        "error": view.error,
+    }
+
+
+def runtime_line(view: RuntimeView | None) -> str:
+    if view is None:
+        return "runtime  none read (the API alone decides)"
+    if not view.reachable:
+        return f"runtime  {view.endpoint} unreachable: nothing that needs its word is acted on ({view.error})"
+    ready = sum(1 for sb in view.sandboxes if sb.ready)
+    return (f"runtime  {view.runtime_name} {view.runtime_version} (CRI {view.api_version})"
+            f"  sandboxes {len(view.sandboxes)} ({ready} ready)  containers {len(view.containers)}")
+
+
+def range_doc(u: RangeUsage) -> dict[str, Any]:
+    return {"network": u.network, "range": u.range, "capacity": u.capacity, "reserved": u.reserved,
+            "live": u.live, "leaked": u.leaked, "held": u.held - u.live,
+            "free": None if u.capacity is None else max(u.capacity - u.reserved, 0)}
+
+
+def render_ranges(ranges: Sequence[RangeUsage]) -> list[str]:
+    """One line per host-local range set: capacity, reserved (live, leaked, other), free."""
+    if not ranges:
+        return []
+    header = ("NETWORK", "RANGE", "CAPACITY", "RESERVED", "LIVE", "LEAKED", "OTHER", "FREE", "USED")
+    rows = [header]
+    for u in ranges:
+        cap = "?" if u.capacity is None else str(u.capacity)
+        free = "?" if u.capacity is None else str(max(u.capacity - u.reserved, 0))
+        used = "?" if not u.capacity else f"{u.reserved / u.capacity:.1%}"
+        rows.append((u.network, u.range, cap, str(u.reserved), str(u.live), str(u.leaked),
+                     str(u.held - u.live), free, used))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    return ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows]
 
 
 def summary(report: Report) -> dict[str, Any]:
@@ -129,7 +186,8 @@ def render_table(report: Report, *, show_all: bool = False) -> str:
         for i, f in enumerate(items):
             rows.append((owner if i == 0 else "", first.owner_state.value if i == 0 else "",
                          f.cls.value, f.kind.value, f.id))
-    lines = [f"node {report.node}  source {report.source}  at {report.taken_at.isoformat(timespec='seconds')}"]
+    lines = [f"node {report.node}  source {report.source}  at {report.taken_at.isoformat(timespec='seconds')}",
+             runtime_line(report.runtime)]
     if rows:
         header = ("OWNER", "STATE", "CLASS", "KIND", "RESOURCE")
         widths = [max(len(r[i]) for r in [header, *rows]) for i in range(4)]
@@ -146,6 +204,11 @@ def render_table(report: Report, *, show_all: bool = False) -> str:
         lines.append(f"problem: {p.kind.value} {p.path}: {p.reason}")
     for reason in report.unseen:
         lines.append(f"UNSEEN  {reason}")
+    if report.ranges:
+        lines.append("")
+        lines += render_ranges(report.ranges)
+    for text in report.range_problems:
+        lines.append(f"range problem: {text}")
     return "\n".join(lines) + "\n"
 
 

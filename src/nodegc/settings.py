@@ -27,6 +27,14 @@ class ScanOptions:
     iptables_save: tuple[str, ...] = ("iptables-save", "ip6tables-save")
     min_age_seconds: float = defaults.MIN_AGE_SECONDS
     """Resources younger than this are protected: the creation race (reservation before pod status)."""
+    runtime_endpoint: str | None = None
+    """CRI endpoint (unix:///run/containerd/containerd.sock); None reads no runtime (today's rules)."""
+    runtime_timeout: float = 10.0
+    """Upper bound for one CRI call."""
+    runtime_state_dir: Path | None = None
+    """The runtime's state directory (containerd's `state`, /run/containerd), for its leftovers."""
+    pod_log_dir: Path | None = None
+    """Where the kubelet keeps pod logs (/var/log/pods); None reads none."""
 
 
 def in_net_ns(argv: list[str], net_ns: Path | None) -> list[str]:

@@ -17,15 +17,19 @@ from nodegc import defaults
 from nodegc.desired.source import DesiredSource, SourceError
 from nodegc.engine.limits import TokenBucket
 from nodegc.faults import fault_point
+from nodegc.inventory.cri.client import CRIError
+from nodegc.inventory.cri.runtimes import runtime_reader
 from nodegc.inventory.scanning import scan_node
 from nodegc.ledger.store import Ledger
 from nodegc.model.findings import Finding, FindingClass
+from nodegc.model.ipranges import RangeStatus
 from nodegc.model.items import Item, Phase
 from nodegc.model.pods import DesiredState, OwnerState, Pod
 from nodegc.model.resources import Inventory, Kind
 from nodegc.observe.logs import get_logger
 from nodegc.planning.correlate import CorrelationPolicy, correlate
 from nodegc.planning.guards import BlastRadius, blast_radius_refusal
+from nodegc.planning.ipranges import NOT_URGENT, RangeTracker, range_usage, reclaim_urgency
 from nodegc.planning.phases import (
     PhasePolicy,
     Resource,
@@ -37,6 +41,7 @@ from nodegc.planning.phases import (
     reconcile,
     resources,
 )
+from nodegc.planning.runtime import runtime_unusable
 from nodegc.reclaim.dispatch import Executor
 from nodegc.reclaim.outcomes import Outcome
 from nodegc.settings import Roots, ScanOptions
@@ -53,6 +58,9 @@ class MetricsSink(Protocol):
     def items(self, counts: dict[tuple[str, str], int]) -> None: ...
     def ledger_error(self) -> None: ...
     def desired_age(self, seconds: float) -> None: ...
+    def protected(self, counts: dict[str, int]) -> None: ...
+    def ranges(self, statuses: Sequence[RangeStatus]) -> None: ...
+    def cycle_succeeded(self, at: float) -> None: ...
 
 
 class NullMetrics:
@@ -72,6 +80,15 @@ class NullMetrics:
         pass
 
     def desired_age(self, seconds: float) -> None:
+        pass
+
+    def protected(self, counts: dict[str, int]) -> None:
+        pass
+
+    def ranges(self, statuses: Sequence[RangeStatus]) -> None:
+        pass
+
+    def cycle_succeeded(self, at: float) -> None:
         pass
 
 
@@ -96,6 +113,8 @@ class CycleReport:
     sent_back: list[tuple[Item, str]] = field(default_factory=list)
     closed: list[Item] = field(default_factory=list)
     problems: int = 0
+    ranges: tuple[RangeStatus, ...] = ()
+    """host-local range sets at this cycle's scan, with their forecast."""
 
 
 class Engine:
@@ -121,6 +140,7 @@ class Engine:
         self.scanner = scanner
         self.node: str | None = None
         """The node the desired state is about, learned from the first fetch."""
+        self.ip_ranges = RangeTracker()
         self.bucket = TokenBucket(per_minute=self.settings.reclaims_per_minute, burst=self.settings.reclaim_burst,
                                   clock=clock)
 
@@ -134,14 +154,18 @@ class Engine:
         inventory, findings = self._scan(desired, report)
         report.findings = findings
         now = self.clock()
+        report.ranges = self.ip_ranges.observe(range_usage(inventory, findings), now)
+        self.metrics.ranges(report.ranges)
         unreadable = frozenset(p.kind for p in inventory.problems)
         items = self.ledger.items(active_only=True)
         self._persist(reconcile(items, findings, {k: identity_of(r) for k, r in resources(inventory).items()},
                                 now=now, policy=self.settings.phases, unreadable=unreadable), now)
+        protected: dict[str, int] = {}
         for f in findings:
             if f.cls is FindingClass.PROTECTED:
-                # Would be residue, but young or possibly a starting pod's: counted once per cycle.
-                self.metrics.blocked("protection")
+                # Would be residue, but young or possibly a starting pod's: kept, and not a refusal.
+                protected[f.kind.value] = protected.get(f.kind.value, 0) + 1
+        self.metrics.protected(protected)
         refusal = blast_radius_refusal(findings, desired, self.settings.blast_radius)
         if refusal:
             self._block(report, "blast_radius", refusal)
@@ -154,6 +178,8 @@ class Engine:
                 self._clean(verified, report)
                 self._confirm(verified, report)
         self._report_items()
+        if not any(b.split(":", 1)[0] in _REFUSALS for b in report.blocked):
+            self.metrics.cycle_succeeded(self.clock())
         return report
 
     # -- detect ----------------------------------------------------------------------------------
@@ -186,6 +212,11 @@ class Engine:
             log.warning("read problem", kind=p.kind.value, path=p.path, reason=p.reason)
         self.metrics.scanned(time.monotonic() - started, sorted(counts.items()))
         report.problems += len(inventory.problems)
+        running = sum(1 for p in desired.pods if p.state is OwnerState.LIVE and not p.host_network)
+        why = runtime_unusable(inventory.runtime, running)
+        if why:
+            # Today's rules go on; nothing that needs the runtime's word is concluded this scan.
+            self._block(report, "runtime_unavailable", why)
         return inventory, findings
 
     # -- terminate -------------------------------------------------------------------------------
@@ -210,7 +241,10 @@ class Engine:
         groups: dict[str, list[Item]] = {}
         for item in sorted(candidates, key=lambda i: (_KIND_ORDER[i.kind], i.key)):
             groups.setdefault(_group(item), []).append(item)
-        for members in groups.values():
+        # When the rate limit holds work back, the ranges closest to exhaustion get their addresses first.
+        urgency = reclaim_urgency(report.ranges)
+        ordered = sorted(groups.values(), key=lambda g: min(urgency.get(i.resource_id, NOT_URGENT) for i in g))
+        for members in ordered:
             passed: list[tuple[Item, Resource]] = []
             for item in members:
                 if item.phase is Phase.TERMINATING and item.key not in current and item.kind not in unreadable:
@@ -219,8 +253,16 @@ class Engine:
                                                  detail="gone: the step completed before a restart",
                                                  policy=self.settings.phases)], now)
                     continue
-                doubt = self._doubt(item, by_key.get(item.key), current.get(item.key))
-                if doubt is None:
+                fresh = by_key.get(item.key)
+                doubt = self._doubt(item, fresh, current.get(item.key))
+                if doubt is None and fresh is not None and fresh.sandbox:
+                    try:
+                        doubt = self._runtime_doubt(item, fresh.sandbox)
+                    except CRIError as e:
+                        self._block(report, "runtime_unavailable", f"fresh sandbox status failed: {e}")
+                        return self._checkpoint(_by_kind(verified), now)
+                owner_matters = fresh is None or not fresh.sandbox or fresh.owner_state is not OwnerState.LIVE
+                if doubt is None and owner_matters:
                     try:
                         doubt = self._owner_doubt(item, fetched)
                     except SourceError as e:
@@ -252,6 +294,23 @@ class Engine:
             return "identity changed since it was marked"
         if finding.owner.uid != item.owner_uid:
             return "owner changed since it was marked"
+        return None
+
+    def _runtime_doubt(self, item: Item, sandbox_id: str) -> str | None:
+        """A fresh PodSandboxStatus: an attachment judged by the runtime's word needs the runtime still not
+        to know its sandbox; a sandbox to remove must still exist and still be NotReady."""
+        reader = runtime_reader(self.settings.scan)
+        if reader is None:
+            return "no runtime to ask"
+        status = reader.fresh_status(sandbox_id)
+        if item.kind is not Kind.SANDBOX:
+            if status is not None:
+                return f"the runtime knows sandbox {sandbox_id[:12]} ({'READY' if status.ready else 'NotReady'})"
+            return None
+        if status is None:
+            return "the runtime no longer knows the sandbox"
+        if status.ready:
+            return "the sandbox is READY"
         return None
 
     def _owner_doubt(self, item: Item, fetched: dict[tuple[str, str], Pod | None]) -> str | None:
@@ -362,12 +421,15 @@ def _by_kind(verified: list[tuple[Item, Resource]]) -> list[tuple[Item, Resource
     return sorted(verified, key=lambda pair: (_KIND_ORDER[pair[0].kind], pair[0].key))
 
 
+_REFUSALS = frozenset({"source_unavailable", "stale_source", "blast_radius"})
+"""Blocks that refuse the whole cycle: such a cycle is not a successful one."""
+
 _CLOCK_TOLERANCE = 5.0
 """Seconds a desired state may seem to come from the future (clock skew between threads and files)."""
 
 # CNI DEL first (Debian's bridge plugin fails DEL when its chain is already gone), then what DEL left:
 # rules, the veth, the netns, and the IP last, once nothing can still carry it.
 _KIND_ORDER = {kind: i for i, kind in enumerate((
-    Kind.CNI_CACHE, Kind.HOSTPORT_RULE, Kind.IPTABLES_CHAIN, Kind.VETH, Kind.NETNS, Kind.IP_RESERVATION,
-    Kind.VOLUME_MOUNT, Kind.POD_DIR,
+    Kind.SANDBOX, Kind.CNI_CACHE, Kind.HOSTPORT_RULE, Kind.IPTABLES_CHAIN, Kind.VETH, Kind.NETNS, Kind.IP_RESERVATION,
+    Kind.VOLUME_MOUNT, Kind.POD_DIR, Kind.RUNTIME_LEFTOVER, Kind.POD_LOG_DIR, Kind.FIREWALL_RULE,
 ))}

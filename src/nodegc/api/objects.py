@@ -1,0 +1,222 @@
+"""The one parser of API objects: a Pod or an EndpointSlice as JSON into the model's dataclasses.
+
+Pure (no I/O): API objects, kubectl items and lightkube `to_dict()` output all come through here, so the
+API, a watch event and a snapshot file can never disagree on what an object means. It is strict on
+identity: a pod without uid or name raises, because a desired state with a pod we cannot identify cannot
+prove that anything else is residue; a slice we cannot read exactly raises, because removing endpoints
+from a list we misread could drop a live one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from nodegc.model.addresses import normalized_ip
+from nodegc.model.endpoints import MANAGED_BY_LABEL, SERVICE_NAME_LABEL, Endpoint, Slice, TargetRef
+from nodegc.model.pods import Pod
+
+DEFAULT_NAMESPACE = "default"
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+HASH_ANNOTATION = "kubernetes.io/config.hash"
+
+
+# ------------------------------------------------------------------------------------------- pods
+
+
+def pod_from_object(obj: Mapping[str, Any]) -> Pod:
+    """Raise ValueError on anything that would make the pod's identity or addresses a guess."""
+    if not isinstance(obj, Mapping):
+        raise ValueError(f"pod is a {type(obj).__name__}, not an object")
+    meta = _section(obj, "metadata")
+    spec = _section(obj, "spec")
+    status = _section(obj, "status")
+
+    uid = _opt_str(meta, "metadata.uid")
+    name = _opt_str(meta, "metadata.name")
+    if not uid:
+        raise ValueError(f"pod {name or '(no name)'} has no metadata.uid")
+    if not name:
+        raise ValueError(f"pod uid:{uid} has no metadata.name")
+    namespace = _opt_str(meta, "metadata.namespace") or DEFAULT_NAMESPACE
+
+    host_network = spec.get("hostNetwork", False)
+    if host_network is None:
+        host_network = False
+    if not isinstance(host_network, bool):
+        raise ValueError(f"pod {namespace}/{name}: spec.hostNetwork is not a boolean")
+
+    label = f"{namespace}/{name}"
+    annotations = meta.get("annotations") or {}
+    if not isinstance(annotations, Mapping):
+        raise ValueError(f"pod {label}: metadata.annotations is not an object")
+    # A static pod's directory and CNI args use the kubelet's config hash, not the mirror pod's uid.
+    static_uid = annotations.get(MIRROR_ANNOTATION) or annotations.get(HASH_ANNOTATION)
+    return Pod(
+        uid=uid,
+        namespace=namespace,
+        name=name,
+        node_name=_opt_str(spec, "spec.nodeName") or None,
+        phase=_opt_str(status, "status.phase") or None,
+        pod_ips=_pod_ips(status, label),
+        host_network=host_network,
+        created_at=_timestamp(meta.get("creationTimestamp"), f"pod {label}: metadata.creationTimestamp"),
+        deleting=meta.get("deletionTimestamp") is not None,
+        static_uid=static_uid if isinstance(static_uid, str) and static_uid and static_uid != uid else None,
+    )
+
+
+def _section(obj: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    value = obj.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ValueError(f"pod {key} is a {type(value).__name__}, not an object")
+    return value
+
+
+def _opt_str(section: Mapping[str, Any], dotted: str) -> str | None:
+    value = section.get(dotted.rsplit(".", 1)[-1])
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ValueError(f"pod {dotted} is a {type(value).__name__}, not a string")
+    return value
+
+
+def _pod_ips(status: Mapping[str, Any], label: str) -> tuple[str, ...]:
+    """podIPs is authoritative (dual stack); podIP is the fallback of older servers and snapshots."""
+    raw: list[str] = []
+    entries = status.get("podIPs")
+    if entries is not None:
+        if not isinstance(entries, list):
+            raise ValueError(f"pod {label}: status.podIPs is not a list")
+        for entry in entries:
+            ip = entry.get("ip") if isinstance(entry, Mapping) else None
+            if not isinstance(ip, str):
+                raise ValueError(f"pod {label}: status.podIPs has an entry without a string ip")
+            raw.append(ip)
+    if not raw:
+        single = _opt_str(status, "status.podIP")
+        if single:
+            raw.append(single)
+    seen: dict[str, None] = {}
+    for ip in raw:
+        try:
+            seen[normalized_ip(ip.strip())] = None
+        except ValueError as e:
+            raise ValueError(f"pod {label}: {ip!r} is not an IP address") from e
+    return tuple(seen)
+
+
+def _timestamp(value: object, label: str) -> datetime | None:
+    """RFC3339 from JSON, or a datetime when a YAML loader already parsed it; naive means UTC."""
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        parsed = value
+    elif isinstance(value, str):
+        try:
+            parsed = datetime.fromisoformat(value)
+        except ValueError as e:
+            raise ValueError(f"{label} {value!r} is not an RFC3339 time") from e
+    else:
+        raise ValueError(f"{label} is a {type(value).__name__}, not a time")
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return parsed
+
+
+# ------------------------------------------------------------------------------------------- endpointslices
+
+
+def slice_from_object(obj: Mapping[str, Any]) -> Slice:
+    """Raise ValueError when the slice's identity or endpoint list is not what the API defines.
+
+    A slice we cannot read exactly is skipped whole by the caller: removing endpoints from a list we
+    misread could drop a live one.
+    """
+    if not isinstance(obj, Mapping):
+        raise ValueError(f"endpointslice is a {type(obj).__name__}, not an object")
+    meta = _slice_section(obj, "metadata", "endpointslice")
+    name = _slice_str(meta, "name", "endpointslice metadata")
+    namespace = _slice_str(meta, "namespace", "endpointslice metadata")
+    if not name or not namespace:
+        raise ValueError("endpointslice has no metadata.name or metadata.namespace")
+    label = f"endpointslice {namespace}/{name}"
+    labels = meta.get("labels") or {}
+    if not isinstance(labels, Mapping):
+        raise ValueError(f"{label}: metadata.labels is not an object")
+    raw_endpoints = obj.get("endpoints")
+    if raw_endpoints is None:
+        raw_endpoints = []
+    if not isinstance(raw_endpoints, list):
+        raise ValueError(f"{label}: endpoints is not a list")
+    endpoints = tuple(_endpoint(raw, f"{label} endpoint #{i}") for i, raw in enumerate(raw_endpoints))
+    managed_by = labels.get(MANAGED_BY_LABEL)
+    service = labels.get(SERVICE_NAME_LABEL)
+    return Slice(
+        namespace=namespace,
+        name=name,
+        resource_version=_slice_str(meta, "resourceVersion", label) or None,
+        address_type=_slice_str(obj, "addressType", label) or None,
+        endpoints=endpoints,
+        managed_by=managed_by if isinstance(managed_by, str) and managed_by else None,
+        service_name=service if isinstance(service, str) and service else None,
+        uid=_slice_str(meta, "uid", label) or None,
+    )
+
+
+def _endpoint(raw: object, label: str) -> Endpoint:
+    if not isinstance(raw, Mapping):
+        raise ValueError(f"{label} is not an object")
+    addresses = raw.get("addresses") or []
+    if not isinstance(addresses, list) or not all(isinstance(a, str) for a in addresses):
+        raise ValueError(f"{label}: addresses is not a list of strings")
+    ref_raw = raw.get("targetRef")
+    ref: TargetRef | None = None
+    if ref_raw is not None:
+        if not isinstance(ref_raw, Mapping):
+            raise ValueError(f"{label}: targetRef is not an object")
+        ref = TargetRef(
+            kind=_slice_str(ref_raw, "kind", label) or None,
+            namespace=_slice_str(ref_raw, "namespace", label) or None,
+            name=_slice_str(ref_raw, "name", label) or None,
+            uid=_slice_str(ref_raw, "uid", label) or None,
+        )
+    return Endpoint(addresses=tuple(addresses), target_ref=ref,
+                    node_name=_slice_str(raw, "nodeName", label) or None)
+
+
+def _slice_section(obj: Mapping[str, Any], key: str, what: str) -> Mapping[str, Any]:
+    value = obj.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ValueError(f"{what} {key} is not an object")
+    return value
+
+
+def _slice_str(section: Mapping[str, Any], key: str, what: str) -> str | None:
+    value = section.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ValueError(f"{what}: {key} is a {type(value).__name__}, not a string")
+    return value
+
+
+# ------------------------------------------------------------------------------------------- versions
+
+
+def resource_version_number(rv: object) -> int | None:
+    """resourceVersions are opaque, but every real server uses etcd revisions; None when not a number."""
+    if not isinstance(rv, str) or not rv.isdigit():
+        return None
+    return int(rv)
+
+
+def object_resource_version(obj: Mapping[str, Any]) -> int | None:
+    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+    return resource_version_number(meta.get("resourceVersion")) if isinstance(meta, Mapping) else None
