@@ -194,3 +194,16 @@ def test_values_file_is_documented_by_the_schema() -> None:
             walk(sub, props[k], f"{where}.{k}")
 
     walk(values, schema, "values")
+
+
+def test_schema_knows_every_agent_config_key() -> None:
+    """A new `nodegc agent` flag is a config key at once; the chart's schema must let it through."""
+    import json
+
+    from nodegc.config import keys, subcommand_parser
+
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    allowed = set(schema["properties"]["agent"]["properties"]["config"]["properties"])
+    agent_keys = set(keys(subcommand_parser(build_parser(), "agent")))
+    assert agent_keys - allowed == set(), "add these to agent.config in values.schema.json"
+    assert allowed - agent_keys == set(), "values.schema.json allows config keys the agent does not know"
