@@ -20,7 +20,15 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 
-from nodegc.cli import EXIT_BLOCKED, EXIT_CLEAN, EXIT_SOURCE, EXIT_USAGE, roots_from_args, source_from_args
+from nodegc.cli import (
+    EXIT_BLOCKED,
+    EXIT_CLEAN,
+    EXIT_ERROR,
+    EXIT_SOURCE,
+    EXIT_USAGE,
+    roots_from_args,
+    source_from_args,
+)
 from nodegc.commands import LEDGER_FILE, engine_settings, open_ledger
 from nodegc.desired.reflector import PodReflector
 from nodegc.desired.source import DesiredSource, SourceError
@@ -160,7 +168,8 @@ def cmd_agent(args: argparse.Namespace) -> int:
             if server is not None:
                 cleanup.callback(server.shutdown)
             source, events = _desired(args, node, wakeups, cleanup)
-            ledger = cleanup.enter_context(open_ledger(args.state_dir / LEDGER_FILE))
+            ledger = cleanup.enter_context(open_ledger(args.state_dir / LEDGER_FILE,
+                                                       retention_seconds=args.ledger_retention))
         except (HealthServerError, ValueError) as e:
             print(f"nodegc: cannot serve metrics and health on {args.metrics_address}: {e}", file=sys.stderr)
             return EXIT_USAGE
@@ -170,6 +179,9 @@ def cmd_agent(args: argparse.Namespace) -> int:
         except LedgerLocked as e:
             print(f"nodegc: {e}", file=sys.stderr)
             return EXIT_BLOCKED
+        except LedgerError as e:
+            print(f"nodegc: {e}", file=sys.stderr)
+            return EXIT_ERROR
         engine = Engine(roots=roots, source=source, ledger=ledger, executor=executor, settings=settings,
                         metrics=metrics)
         log.info("agent started", node=node, interval=args.interval, dry_run=args.dry_run, ledger=ledger.path,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import socket
 import sys
@@ -12,6 +13,7 @@ from pathlib import Path
 
 from nodegc import __version__
 from nodegc.desired.source import DesiredSource, SourceError
+from nodegc.ledger.store import DEFAULT_RETENTION_SECONDS
 from nodegc.model.resources import Kind
 from nodegc.observe.logs import configure_logging, get_logger
 from nodegc.planning.guards import BlastRadius
@@ -95,6 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
     agent.add_argument("--dry-run", action="store_true", help="run every phase but reclaim nothing")
     agent.add_argument("--metrics-address", default="0.0.0.0:9808", metavar="HOST:PORT",
                        help="Prometheus metrics endpoint; empty to disable (default: %(default)s)")
+    agent.add_argument("--ledger-retention", type=_retention, default=DEFAULT_RETENTION_SECONDS, metavar="DURATION",
+                       help="prune closed items and history older than this, e.g. 30d, 12h (default: 30d)")
     agent.add_argument("--max-cycles", type=int, default=0, help=argparse.SUPPRESS)
 
     from nodegc.controller import add_controller_parser
@@ -152,6 +156,13 @@ def _duration(text: str) -> float:
         raise argparse.ArgumentTypeError(f"not a duration: {text!r} (e.g. 90s, 30m, 2h)") from e
 
 
+def _retention(text: str) -> float:
+    seconds = _duration(text)
+    if not seconds > 0:
+        raise argparse.ArgumentTypeError(f"a retention must be a positive duration: {text!r}")
+    return seconds
+
+
 def roots_from_args(args: argparse.Namespace) -> Roots:
     return Roots(
         kubelet_root=args.kubelet_root,
@@ -206,6 +217,10 @@ def cmd_scan(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    # A name that is not valid Unicode (a lone surrogate) is printed escaped, never a UnicodeEncodeError.
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors="backslashreplace")
     fmt = {"auto": None, "json": True, "console": False}[args.log_format]
     level = args.log_level or ("info" if args.command in ("agent", "controller") else "warning")
     configure_logging(level, json_output=fmt)

@@ -49,8 +49,8 @@ def engine_settings(args: argparse.Namespace, phases: PhasePolicy) -> EngineSett
 
 
 @contextmanager
-def open_ledger(path: Path | str, *, lock: bool = True) -> Iterator[Ledger]:
-    ledger = Ledger(path, lock=lock)
+def open_ledger(path: Path | str, *, lock: bool = True, retention_seconds: float | None = None) -> Iterator[Ledger]:
+    ledger = Ledger(path, lock=lock, retention_seconds=retention_seconds)
     try:
         yield ledger
     finally:

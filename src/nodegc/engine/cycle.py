@@ -17,7 +17,7 @@ from nodegc.desired.source import DesiredSource, SourceError
 from nodegc.engine.limits import TokenBucket
 from nodegc.faults import fault_point
 from nodegc.inventory.scanning import scan_node
-from nodegc.ledger.store import Ledger
+from nodegc.ledger.store import Ledger, LedgerError
 from nodegc.model.findings import Finding, FindingClass
 from nodegc.model.items import Item, Phase
 from nodegc.model.pods import DesiredState, OwnerState, Pod
@@ -26,6 +26,7 @@ from nodegc.observe.logs import get_logger
 from nodegc.planning.correlate import CorrelationPolicy, correlate
 from nodegc.planning.guards import BlastRadius, blast_radius_refusal
 from nodegc.planning.phases import (
+    INTERRUPTED_STEP_GONE,
     PhasePolicy,
     Resource,
     Transition,
@@ -126,6 +127,14 @@ class Engine:
     # -- the cycle -------------------------------------------------------------------------------
 
     def cycle(self) -> CycleReport:
+        """One pass; a LedgerError (any read or write of the ledger) is counted and ends the cycle."""
+        try:
+            return self._cycle()
+        except LedgerError:
+            self.metrics.ledger_error()
+            raise
+
+    def _cycle(self) -> CycleReport:
         report = CycleReport()
         desired = self._fresh_desired(report)
         if desired is None:
@@ -215,8 +224,7 @@ class Engine:
                 if item.phase is Phase.TERMINATING and item.key not in current and item.kind not in unreadable:
                     # A crash came after the side effect and before its record: the step is done.
                     self._persist([after_attempt(item, ok=True, changed=False, lazy=False, now=now,
-                                                 detail="gone: the step completed before a restart",
-                                                 policy=self.settings.phases)], now)
+                                                 detail=INTERRUPTED_STEP_GONE, policy=self.settings.phases)], now)
                     continue
                 doubt = self._doubt(item, by_key.get(item.key), current.get(item.key))
                 if doubt is None:
@@ -317,11 +325,7 @@ class Engine:
     def _persist(self, transitions: Sequence[Transition], now: float) -> None:
         if not transitions:
             return
-        try:
-            self.ledger.apply(transitions, now=now)
-        except Exception:
-            self.metrics.ledger_error()
-            raise
+        self.ledger.apply(transitions, now=now)
         for t in transitions:
             if t.phase_changed:
                 log.info("transition", item=t.item.key, kind=t.item.kind.value,
