@@ -26,7 +26,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -34,19 +34,20 @@ import httpx2
 import lightkube
 from lightkube.resources.core_v1 import Pod as PodResource
 
+from nodegc.api.errors import KubeError
+from nodegc.api.objects import pod_from_object
+from nodegc.api.streaming import WatchRequests
 from nodegc.desired.kube import build_client, get_pod_live, list_node_pods
-from nodegc.desired.pods import pod_from_object
 from nodegc.desired.source import SourceError
+from nodegc.hostio.clock import utcnow
 from nodegc.model.pods import DesiredState, Pod
 from nodegc.observe.logs import get_logger
 
 log = get_logger("nodegc.reflector")
 
 COUNTERS = ("lists", "watches", "resyncs", "stale_lists", "relists_gone", "relists_stalled", "relists_error")
-
-
-def _utcnow() -> datetime:
-    return datetime.now(UTC)
+_EVENT_TYPES = ("ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR")
+"""Watch events are counted by type under `events_<type>` (for metrics)."""
 
 
 class _Relist(Exception):
@@ -90,7 +91,7 @@ class PodReflector:
         retry_seconds: float = 1.0,
         max_retry_seconds: float = 30.0,
         max_stale_lists: int = 3,
-        clock: Callable[[], datetime] = _utcnow,
+        clock: Callable[[], datetime] = utcnow,
         on_delete: Callable[[Pod], None] | None = None,
     ) -> None:
         if not node:
@@ -119,6 +120,7 @@ class PodReflector:
         self._high_rv: int | None = None
         self._stale_lists = 0
         self._response: httpx2.Response | None = None
+        self._watches: WatchRequests | None = None
         self._counters: dict[str, int] = dict.fromkeys(COUNTERS, 0)
         self._synced = threading.Event()
         self._stopping = threading.Event()
@@ -129,8 +131,7 @@ class PodReflector:
     def start(self) -> PodReflector:
         if self._thread is not None:
             return self
-        if self._client is None:
-            self._client = build_client(self._kubeconfig, timeout=self._request_timeout)
+        self._watch_requests()  # a client that cannot watch fails here, not inside the thread
         self._stopping.clear()
         self._thread = threading.Thread(target=self._run, name=f"pod-reflector-{self.node}", daemon=True)
         self._thread.start()
@@ -150,6 +151,7 @@ class PodReflector:
         if self._client is not None and self._owns_client:
             self._client.close()
             self._client = None
+            self._watches = None
 
     def __enter__(self) -> PodReflector:
         return self.start()
@@ -286,8 +288,7 @@ class PodReflector:
     def _watch(self, *, until: float) -> bool:
         """One watch request; True when at least one line arrived. Returns when the stream ends cleanly
         or the resync is due; raises _Relist, _WatchFailed or httpx errors."""
-        client = self._require_client()
-        generic = client._client  # lightkube has no public watch with bookmarks and a read timeout
+        watches = self._watch_requests()
         server_timeout = max(1, min(self._watch_timeout, math.ceil(until - time.monotonic())))
         params: dict[str, Any] = {
             "fieldSelector": f"spec.nodeName={self.node}",
@@ -295,16 +296,12 @@ class PodReflector:
             "timeoutSeconds": str(server_timeout),
             "resourceVersion": self._rv,
         }
-        basic = generic.prepare_request(
-            "list", res=PodResource, namespace=lightkube.ALL_NS, watch=True, params=params
-        )
         # The read timeout is the stall detector; near the resync it also ends the watch on time.
         read_timeout = min(self._idle_timeout, max(0.01, until - time.monotonic()))
-        timeout = httpx2.Timeout(self._request_timeout, read=read_timeout)
-        request = generic._client.build_request(basic.method, basic.url, params=basic.params, timeout=timeout)
         self._count("watches")
         try:
-            response = generic.send(request, stream=True)
+            response = watches.open(PodResource, namespace=lightkube.ALL_NS, params=params,
+                                    connect_timeout=self._request_timeout, read_timeout=read_timeout)
         except httpx2.ReadTimeout as e:
             if time.monotonic() >= until:
                 return True
@@ -350,6 +347,8 @@ class PodReflector:
         kind = event.get("type") if isinstance(event, Mapping) else None
         if not isinstance(obj, Mapping):
             raise _Relist("error", f"a {kind} watch event without an object")
+        if kind in _EVENT_TYPES:
+            self._count(f"events_{kind.lower()}")
         if kind == "ERROR":
             code, reason = obj.get("code"), obj.get("reason")
             if code == 410:
@@ -403,6 +402,14 @@ class PodReflector:
             log.warning(
                 "on_delete callback failed", node=self.node, pod=f"{pod.namespace}/{pod.name}", error=repr(e)
             )
+
+    def _watch_requests(self) -> WatchRequests:
+        if self._watches is None:
+            try:
+                self._watches = WatchRequests(self._require_client())
+            except KubeError as e:
+                raise SourceError(str(e)) from e
+        return self._watches
 
     def _require_client(self) -> lightkube.Client:
         if self._client is None:

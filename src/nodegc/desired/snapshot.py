@@ -19,8 +19,9 @@ from urllib.parse import parse_qs, urlsplit
 
 import yaml
 
-from nodegc.desired.pods import pod_from_object
+from nodegc.api.objects import pod_from_object
 from nodegc.desired.source import SourceError
+from nodegc.hostio.clock import utcnow
 from nodegc.model.pods import DesiredState, OwnerState, Pod
 
 _LIST_KINDS = frozenset({"List", "PodList"})
@@ -29,14 +30,10 @@ MAX_SNAPSHOT_BYTES = 128 * 1024 * 1024
 _NODE_FIELD = "spec.nodeName"
 
 
-def _utcnow() -> datetime:
-    return datetime.now(UTC)
-
-
 class SnapshotSource:
     """A snapshot is all or nothing: one unreadable pod fails the whole fetch, as for the API."""
 
-    def __init__(self, path: Path, node: str | None, *, clock: Callable[[], datetime] = _utcnow) -> None:
+    def __init__(self, path: Path, node: str | None, *, clock: Callable[[], datetime] = utcnow) -> None:
         self.path = path
         self.node = node
         self.name = f"snapshot:{path}"

@@ -6,14 +6,17 @@ import dataclasses
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 
+from nodegc.hostio.clock import utcnow
+from nodegc.hostio.mountinfo import read_mounts
 from nodegc.inventory.cni_cache import scan_cni_cache
+from nodegc.inventory.cni_conf import scan_ranges
 from nodegc.inventory.cni_ipam import scan_ip_reservations
+from nodegc.inventory.cri.runtimes import read_runtime
 from nodegc.inventory.iptables import scan_iptables
 from nodegc.inventory.links import scan_veths
-from nodegc.inventory.mounting import read_mounts
 from nodegc.inventory.netns import NetnsReadError, read_netns_addresses, scan_netns
 from nodegc.inventory.pod_dirs import scan_pod_dirs
 from nodegc.model.resources import HostportRule, Inventory, IptablesChain, Kind, NetnsEntry, ReadProblem
@@ -24,25 +27,24 @@ log = get_logger(__name__)
 _Rules = tuple[tuple[IptablesChain, ...], tuple[HostportRule, ...], tuple[ReadProblem, ...]]
 
 
-def _utcnow() -> datetime:
-    return datetime.now(UTC)
-
-
 def scan_node(
     roots: Roots,
     options: ScanOptions | None = None,
     *,
-    now: Callable[[], datetime] = _utcnow,
+    now: Callable[[], datetime] = utcnow,
 ) -> Inventory:
     options = options or ScanOptions()
     taken_at = now()
     started = time.monotonic()
 
-    # iptables-save runs in its own processes: start it first and read the files while it works.
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="iptables-save") as pool:
+    # iptables-save runs in its own processes and the runtime answers over its socket: start both first
+    # and read the files while they work.
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="scan") as pool:
         rules_read = pool.submit(scan_iptables, net_ns=roots.net_ns, commands=options.iptables_save,
                                  timeout=options.command_timeout)
+        runtime_read = pool.submit(read_runtime, options)
         inventory = _read_host(roots, taken_at, rules_read)
+        inventory = dataclasses.replace(inventory, runtime=runtime_read.result())
     log.debug(
         "node scanned",
         seconds=round(time.monotonic() - started, 4),
@@ -53,6 +55,7 @@ def scan_node(
         netns=len(inventory.netns),
         veths=len(inventory.veths),
         chains=len(inventory.chains),
+        sandboxes=len(inventory.runtime.sandboxes) if inventory.runtime else None,
         problems=len(inventory.problems),
     )
     return inventory
@@ -76,6 +79,7 @@ def _read_host(roots: Roots, taken_at: datetime, rules_read: Future[_Rules]) -> 
     problems += found
     chains, rules, found = rules_read.result()
     problems += found
+    ranges, range_problems = scan_ranges(roots.cni_conf_dir, cache)
 
     return Inventory(
         taken_at=taken_at,
@@ -88,6 +92,8 @@ def _read_host(roots: Roots, taken_at: datetime, rules_read: Future[_Rules]) -> 
         chains=chains,
         hostport_rules=rules,
         problems=tuple(problems),
+        ip_ranges=ranges,
+        ip_range_problems=range_problems,
     )
 
 

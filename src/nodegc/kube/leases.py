@@ -24,16 +24,14 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.coordination_v1 import Lease
 from lightkube.types import PatchType
 
-from nodegc.kube.errors import KubeError, call
+from nodegc import defaults
+from nodegc.api.errors import KubeError, call
+from nodegc.hostio.clock import utcnow
 from nodegc.observe.logs import get_logger
 
 log = get_logger("nodegc.kube.leases")
 
 MAX_CONFLICT_RETRIES = 2
-
-
-def _utcnow() -> datetime:
-    return datetime.now(UTC)
 
 
 def micro_time(when: datetime) -> str:
@@ -46,7 +44,7 @@ class LeaseConfig:
     namespace: str
     name: str
     identity: str
-    lease_duration: float = 15.0
+    lease_duration: float = defaults.LEASE_DURATION_SECONDS
     renew_deadline: float = 10.0
     retry_period: float = 2.0
 
@@ -105,7 +103,7 @@ class LeaderElector:
         config: LeaseConfig,
         *,
         monotonic: Callable[[], float] = time.monotonic,
-        wall: Callable[[], datetime] = _utcnow,
+        wall: Callable[[], datetime] = utcnow,
         on_change: Callable[[bool], None] | None = None,
     ) -> None:
         self.config = config

@@ -28,8 +28,6 @@ from nodegc.model.items import Identity, Item, Phase
 from nodegc.model.resources import Kind
 
 SCHEMA_VERSION = 2
-DEFAULT_RETENTION_SECONDS = 30 * 86400.0
-"""Closed items and history rows older than this are pruned (the agent's --ledger-retention)."""
 PRUNE_INTERVAL_SECONDS = 3600.0
 """Retention runs at most this often, on a write."""
 

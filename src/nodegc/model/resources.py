@@ -10,6 +10,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
+from nodegc.model.ipranges import HostLocalRange
+from nodegc.model.runtime import RuntimeView
+
 
 class Kind(StrEnum):
     POD_DIR = "pod_dir"
@@ -20,6 +23,10 @@ class Kind(StrEnum):
     VETH = "veth"
     IPTABLES_CHAIN = "iptables_chain"
     HOSTPORT_RULE = "hostport_rule"
+    SANDBOX = "sandbox"
+    RUNTIME_LEFTOVER = "runtime_leftover"
+    POD_LOG_DIR = "pod_log_dir"
+    FIREWALL_RULE = "firewall_rule"
 
 
 @dataclass(frozen=True)
@@ -182,3 +189,9 @@ class Inventory:
     chains: tuple[IptablesChain, ...] = ()
     hostport_rules: tuple[HostportRule, ...] = ()
     problems: tuple[ReadProblem, ...] = field(default=())
+    ip_ranges: tuple[HostLocalRange, ...] = ()
+    """host-local range sets from the CNI configuration (conf dir and cached configs)."""
+    ip_range_problems: tuple[str, ...] = ()
+    """Configuration that could not be read for ranges ("<path>: <reason>"); no resource kind is affected."""
+    runtime: RuntimeView | None = None
+    """What the container runtime said; None when no runtime is configured or its socket is absent."""

@@ -1,0 +1,370 @@
+"""Correlation of CNI attachments: IP reservations, libcni cache entries, netns, veths, chains and rules.
+
+An attachment is tied to its pod through the libcni cache entry of its container id; without one, through
+the pod IPs it carries, and only as far as the evidence goes (everything else stays unknown or protected).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Iterable
+
+from nodegc.model.findings import Finding, FindingClass, Owner
+from nodegc.model.pods import OwnerState
+from nodegc.model.resources import (
+    CNICacheEntry,
+    HostportRule,
+    Inventory,
+    IPReservation,
+    Kind,
+    NetnsEntry,
+    VethLink,
+)
+from nodegc.planning.context import GONE, HOLDING, Context, reclass, short
+from nodegc.planning.owners import Resolution, netns_key, normalize_ip, resolve_cache_owner
+from nodegc.planning.phases import hostport_rule_id
+
+
+def correlate_network(ctx: Context) -> None:
+    for r in ctx.inv.ip_reservations:
+        ctx.network_ips[r.network].add(r.ip)
+    ctx.chain_ips.update(_chain_ips(ctx.inv))
+    reserved_ips = {r.ip for r in ctx.inv.ip_reservations}
+    for reservation in ctx.inv.ip_reservations:
+        _reservation(ctx, reservation, reserved_ips)
+    _status_conflicts(ctx, reserved_ips)
+    for entry in ctx.inv.cni_cache:
+        _cache_entry(ctx, entry)
+    for ns in ctx.inv.netns:
+        _netns(ctx, ns)
+    for link in ctx.inv.veths:
+        _veth(ctx, link)
+    for chain in ctx.inv.chains:
+        _by_container(ctx, Kind.IPTABLES_CHAIN, chain.name, chain.container_id, chain.network)
+    for rule in ctx.inv.hostport_rules:
+        _by_container(ctx, Kind.HOSTPORT_RULE, _rule_id(rule), rule.container_id, rule.network)
+
+
+def _container_mtime(ctx: Context, container_id: str) -> float | None:
+    """Rules carry no timestamp; they are as young as the youngest file of the same sandbox."""
+    times = [e.mtime for e in ctx.cache.by_container.get(container_id, [])]
+    times += [r.mtime for r, _ in ctx.reservations_by_cid.get(container_id, [])]
+    return max(times) if times else None
+
+
+def _cache_for(ctx: Context, container_id: str | None, network: str | None) -> list[CNICacheEntry]:
+    if not container_id:
+        return []
+    entries = ctx.cache.by_container.get(container_id, [])
+    same_net = [e for e in entries if network is None or e.network == network]
+    return same_net or entries
+
+
+def _resolve_container(ctx: Context, container_id: str, network: str | None) -> Resolution | None:
+    """The most protective resolution among the cache entries of one sandbox."""
+    entries = _cache_for(ctx, container_id, network)
+    if not entries:
+        return None
+    resolutions = [resolve_cache_owner(e, ctx.pods) for e in entries]
+    for res in resolutions:
+        if res.state in HOLDING:
+            return res
+    return resolutions[0]
+
+
+def _reservation(ctx: Context, r: IPReservation, reserved_ips: set[str]) -> None:
+    where = f"{r.network}/{r.ip}"
+    evidence: tuple[str, ...] = (f"reservation names container {short(r.container_id)}",)
+    finding: Finding
+    if r.container_id is None:
+        finding = Finding(FindingClass.UNKNOWN, Kind.IP_RESERVATION, where, Owner(), OwnerState.UNKNOWN,
+                          ("reservation file names no container id",), ip=r.ip)
+    elif (res := _resolve_container(ctx, r.container_id, r.network)) is not None:
+        finding = _reservation_with_cache(ctx, r, where, res, evidence)
+    else:
+        finding = _reservation_without_cache(ctx, r, where, evidence)
+    if finding.cls.is_residue and ctx.young(r.mtime):
+        finding = reclass(finding, FindingClass.PROTECTED, ctx.age_note(r.mtime))
+    ctx.add(finding)
+    if r.container_id:
+        ctx.reservations_by_cid[r.container_id].append((r, finding))
+
+
+def _reservation_with_cache(
+    ctx: Context, r: IPReservation, where: str, res: Resolution, evidence: tuple[str, ...]
+) -> Finding:
+    others = [p for p in ctx.pods.claims.get(r.ip, []) if p.uid != res.owner.uid]
+    evidence = evidence + res.evidence
+    if others:
+        names = ", ".join(f"{p.namespace}/{p.name}" for p in others)
+        evidence += (f"status of {names} claims {r.ip} but the reservation leads to {res.owner.label()}",)
+        return Finding(FindingClass.CONFLICT, Kind.IP_RESERVATION, where, res.owner, res.state, evidence,
+                       ip=r.ip)
+    if res.state in HOLDING:
+        return Finding(FindingClass.IN_USE, Kind.IP_RESERVATION, where, res.owner, res.state, evidence, ip=r.ip)
+    return Finding(FindingClass.LEAKED_IP, Kind.IP_RESERVATION, where, res.owner, res.state, evidence, ip=r.ip)
+
+
+def _reservation_without_cache(
+    ctx: Context,
+    r: IPReservation,
+    where: str,
+    evidence: tuple[str, ...],
+) -> Finding:
+    owner = Owner(container_id=r.container_id)
+    evidence += ("no cni cache entry for that container",)
+    pods = ctx.pods.claims.get(r.ip, [])
+    if len(pods) > 1:
+        names = ", ".join(f"{p.namespace}/{p.name}" for p in pods)
+        return Finding(FindingClass.CONFLICT, Kind.IP_RESERVATION, where, owner, OwnerState.UNKNOWN,
+                       (*evidence, f"{r.ip} claimed by {len(pods)} live pods: {names}"), ip=r.ip)
+    if pods:
+        pod = pods[0]
+        tied = Owner(uid=pod.uid, namespace=pod.namespace, name=pod.name, container_id=r.container_id)
+        return Finding(FindingClass.IN_USE, Kind.IP_RESERVATION, where, tied, pod.state,
+                       (*evidence, f"status of {pod.namespace}/{pod.name} claims {r.ip}"), ip=r.ip)
+    pending = ctx.pending_note()
+    if pending:
+        return Finding(FindingClass.PROTECTED, Kind.IP_RESERVATION, where, owner, OwnerState.UNKNOWN,
+                       (*evidence, pending), ip=r.ip)
+    if not _network_backed_by_status(ctx, r.network):
+        note = f"network {r.network} holds no IP that a live pod's status shows; it may be a secondary network"
+        return Finding(FindingClass.UNKNOWN, Kind.IP_RESERVATION, where, owner, OwnerState.UNKNOWN,
+                       (*evidence, note), ip=r.ip)
+    terminal = ctx.pods.terminal_claims.get(r.ip, [])
+    if terminal:
+        pod = terminal[0]
+        owner = Owner(uid=pod.uid, namespace=pod.namespace, name=pod.name, container_id=r.container_id)
+        evidence += (f"only terminal pod {pod.namespace}/{pod.name} still shows {r.ip}",)
+    else:
+        evidence += (f"no pod on this node claims {r.ip}",)
+    state = OwnerState.TERMINAL if terminal else OwnerState.ABSENT
+    return Finding(FindingClass.LEAKED_IP, Kind.IP_RESERVATION, where, owner, state, evidence, ip=r.ip)
+
+
+def _network_backed_by_status(ctx: Context, network: str) -> bool:
+    """A network reflects pod status when a live pod's status IP is reserved in it (or no pod runs)."""
+    if not ctx.pods.claims:
+        return True
+    return any(ip in ctx.network_ips[network] for ip in ctx.pods.claims)
+
+
+def _status_conflicts(ctx: Context, reserved_ips: set[str]) -> None:
+    """Two live pods claiming one IP are reported even when no reservation file backs it."""
+    for ip, pods in ctx.pods.claims.items():
+        if len(pods) < 2 or ip in reserved_ips:
+            continue
+        names = ", ".join(f"{p.namespace}/{p.name}" for p in pods)
+        ctx.add(Finding(FindingClass.CONFLICT, Kind.IP_RESERVATION, ip, Owner(), OwnerState.LIVE,
+                          (f"{ip} claimed by {len(pods)} live pods: {names}",), ip=ip))
+
+
+def _claimed_elsewhere(ctx: Context, ips: Iterable[str], owner_uid: str | None) -> str | None:
+    """A dead sandbox whose IP a live pod claims is a conflict: which one is right is not ours to guess."""
+    for ip in ips:
+        others = [p for p in ctx.pods.claims.get(ip, []) if p.uid != owner_uid]
+        if others:
+            names = ", ".join(f"{p.namespace}/{p.name}" for p in others)
+            return f"{ip} of this sandbox is claimed by live pod {names}"
+    return None
+
+
+def _shared_netns(ctx: Context, entry: CNICacheEntry, owner_uid: str | None) -> str | None:
+    """A dead entry naming the namespace a holding entry also names: its DEL would run in a live pod."""
+    key = netns_key(entry.netns)
+    if key is None:
+        return None
+    for other in ctx.cache.by_netns.get(key, []):
+        if other is entry:
+            continue
+        res = resolve_cache_owner(other, ctx.pods)
+        if res.state in HOLDING and res.owner.uid != owner_uid:
+            return f"its netns {entry.netns} is also named by {res.owner.label()}'s sandbox"
+    return None
+
+
+def _cache_entry(ctx: Context, entry: CNICacheEntry) -> None:
+    res = resolve_cache_owner(entry, ctx.pods)
+    conflict = None
+    if res.state in GONE:
+        conflict = _claimed_elsewhere(ctx, entry.ips, res.owner.uid) or _shared_netns(ctx, entry, res.owner.uid)
+    if conflict:
+        ctx.add(Finding(FindingClass.CONFLICT, Kind.CNI_CACHE, entry.path, res.owner, res.state,
+                          (*res.evidence, conflict), netns=entry.netns, ip=entry.ips[0] if entry.ips else None))
+        return
+    if res.state in HOLDING:
+        cls = FindingClass.IN_USE if res.state is not OwnerState.UNKNOWN else FindingClass.UNKNOWN
+    else:
+        cls = FindingClass.STALE_CNI_CACHE
+    finding = Finding(cls, Kind.CNI_CACHE, entry.path, res.owner, res.state, res.evidence,
+                      netns=entry.netns, ip=entry.ips[0] if entry.ips else None)
+    if cls.is_residue and ctx.young(entry.mtime):
+        finding = reclass(finding, FindingClass.PROTECTED, ctx.age_note(entry.mtime))
+    ctx.add(finding)
+
+
+def _netns(ctx: Context, ns: NetnsEntry) -> None:
+    entries = ctx.cache.by_netns.get(ns.name, [])
+    finding: Finding
+    if entries:
+        resolutions = [resolve_cache_owner(e, ctx.pods) for e in entries]
+        holding = [r for r in resolutions if r.state in HOLDING]
+        res = holding[0] if holding else resolutions[0]
+        conflict = None if holding else _claimed_elsewhere(ctx,
+            [ip for e in entries for ip in e.ips], res.owner.uid)
+        evidence = res.evidence
+        if res.state is OwnerState.UNKNOWN:
+            cls = FindingClass.UNKNOWN
+        elif conflict:
+            cls, evidence = FindingClass.CONFLICT, (*evidence, conflict)
+        else:
+            cls = FindingClass.IN_USE if holding else FindingClass.LEAKED_NETNS
+        finding = Finding(cls, Kind.NETNS, ns.path, res.owner, res.state, evidence, netns=ns.path)
+    elif not ns.mounted:
+        finding = Finding(FindingClass.LEAKED_NETNS, Kind.NETNS, ns.path, Owner(), OwnerState.ABSENT,
+                          ("not a mounted namespace: an empty leftover file",), netns=ns.path)
+    else:
+        finding = _netns_by_addresses(ctx, ns)
+    if finding.cls.is_residue and ctx.young(ns.mtime):
+        finding = reclass(finding, FindingClass.PROTECTED, ctx.age_note(ns.mtime))
+    ctx.netns_class[ns.path] = finding
+    ctx.add(finding)
+
+
+def _netns_by_addresses(ctx: Context, ns: NetnsEntry) -> Finding:
+    evidence: tuple[str, ...] = ("no cni cache entry names it",)
+    if not ns.addresses:
+        return Finding(FindingClass.UNKNOWN, Kind.NETNS, ns.path, Owner(), OwnerState.UNKNOWN,
+                       (*evidence, "no addresses inside to match against pods"), netns=ns.path)
+    for address in ns.addresses:
+        for pod in ctx.pods.claims.get(address, []):
+            owner = Owner(uid=pod.uid, namespace=pod.namespace, name=pod.name)
+            return Finding(FindingClass.IN_USE, Kind.NETNS, ns.path, owner, pod.state,
+                           (*evidence, f"holds {address}, claimed by {owner.label()}"), netns=ns.path)
+    pending = ctx.pending_note()
+    if pending:
+        # A terminal pod's address may already be reused by a sandbox still being created.
+        return Finding(FindingClass.PROTECTED, Kind.NETNS, ns.path, Owner(), OwnerState.UNKNOWN,
+                       (*evidence, pending), netns=ns.path)
+    for address in ns.addresses:
+        for pod in ctx.pods.terminal_claims.get(address, []):
+            owner = Owner(uid=pod.uid, namespace=pod.namespace, name=pod.name)
+            return Finding(FindingClass.LEAKED_NETNS, Kind.NETNS, ns.path, owner, OwnerState.TERMINAL,
+                           (*evidence, f"holds {address} of terminal pod {owner.label()}"), netns=ns.path)
+    return Finding(FindingClass.UNKNOWN, Kind.NETNS, ns.path, Owner(), OwnerState.UNKNOWN,
+                   (*evidence, f"holds {', '.join(ns.addresses)}, claimed by no pod"), netns=ns.path)
+
+
+def _veth(ctx: Context, link: VethLink) -> None:
+    ns_finding = ctx.netns_class.get(link.peer_netns_path or "")
+    if ns_finding is None:
+        where = "in this namespace" if link.peer_netnsid is None else f"in netns id {link.peer_netnsid}"
+        ctx.add(Finding(FindingClass.UNKNOWN, Kind.VETH, link.name, Owner(), OwnerState.UNKNOWN,
+                          (f"peer lives {where}, not in a namespace of the netns directory",)))
+        return
+    cls = {
+        FindingClass.IN_USE: FindingClass.IN_USE,
+        FindingClass.LEAKED_NETNS: FindingClass.DANGLING_VETH,
+        FindingClass.PROTECTED: FindingClass.PROTECTED,
+    }.get(ns_finding.cls, FindingClass.UNKNOWN)
+    evidence = (f"peer in {link.peer_netns_path}", *ns_finding.evidence)
+    ctx.add(Finding(cls, Kind.VETH, link.name, ns_finding.owner, ns_finding.owner_state, evidence,
+                      netns=link.peer_netns_path))
+
+
+def _by_container(
+    ctx: Context,
+    kind: Kind,
+    ident: str,
+    container_id: str | None,
+    network: str | None,
+) -> None:
+    before = len(ctx.findings)
+    _classify_by_container(ctx, kind, ident, container_id, network)
+    added = ctx.findings[before:]
+    mtime = _container_mtime(ctx, container_id) if container_id else None
+    if added and added[0].cls.is_residue and mtime is not None and ctx.young(mtime):
+        ctx.findings[before] = reclass(added[0], FindingClass.PROTECTED, ctx.age_note(mtime))
+
+
+def _classify_by_container(
+    ctx: Context,
+    kind: Kind,
+    ident: str,
+    container_id: str | None,
+    network: str | None,
+) -> None:
+    leaked = FindingClass.LEAKED_CHAIN if kind is Kind.IPTABLES_CHAIN else FindingClass.LEAKED_HOSTPORT_RULE
+    if not container_id:
+        ctx.add(Finding(FindingClass.UNKNOWN, kind, ident, Owner(), OwnerState.UNKNOWN,
+                          ("no container id in the rule comments",)))
+        return
+    evidence: tuple[str, ...] = (f"comment names network {network} container {short(container_id)}",)
+    res = _resolve_container(ctx, container_id, network)
+    if res is not None:
+        ips = [ip for e in _cache_for(ctx, container_id, network) for ip in e.ips]
+        ips += sorted(ctx.chain_ips.get(container_id, ()))
+        conflict = _claimed_elsewhere(ctx, ips, res.owner.uid) if res.state in GONE else None
+        evidence += res.evidence
+        if res.state is OwnerState.UNKNOWN:
+            cls = FindingClass.UNKNOWN
+        elif conflict:
+            cls, evidence = FindingClass.CONFLICT, (*evidence, conflict)
+        else:
+            cls = FindingClass.IN_USE if res.state in HOLDING else leaked
+        ctx.add(Finding(cls, kind, ident, res.owner, res.state, evidence))
+        return
+    reservations = ctx.reservations_by_cid.get(container_id, [])
+    if reservations:
+        # No cache entry: the chain shares the fate of the IP reservation of the same container.
+        ip_findings = [f for _, f in reservations]
+        if any(f.cls is FindingClass.IN_USE for f in ip_findings):
+            cls = FindingClass.IN_USE
+        elif all(f.cls is FindingClass.LEAKED_IP for f in ip_findings):
+            cls = leaked
+        else:
+            cls = FindingClass.UNKNOWN
+        ref = ip_findings[0]
+        ctx.add(Finding(cls, kind, ident, ref.owner, ref.owner_state,
+                          (*evidence, f"follows IP reservation {ref.id}: {ref.cls}")))
+        return
+    chain_ips = ctx.chain_ips.get(container_id, set())
+    claimed = sorted(ip for ip in chain_ips if ip in ctx.pods.claims)
+    if claimed:
+        pod = ctx.pods.claims[claimed[0]][0]
+        owner = Owner(uid=pod.uid, namespace=pod.namespace, name=pod.name, container_id=container_id)
+        ctx.add(Finding(FindingClass.IN_USE, kind, ident, owner, pod.state,
+                          (*evidence, f"its rules match {claimed[0]}, claimed by {owner.label()}")))
+        return
+    if chain_ips and network and ctx.cache.networks.get(network, 0) > 0 and not ctx.pods.unsettled:
+        note = (f"no cache entry or IP reservation for that container and no live pod claims"
+                f" {', '.join(sorted(chain_ips))}, while {ctx.cache.networks[network]} other attachments of"
+                f" {network} have cache entries")
+        ctx.add(Finding(leaked, kind, ident, Owner(container_id=container_id), OwnerState.ABSENT,
+                          (*evidence, note)))
+        return
+    ctx.add(Finding(FindingClass.UNKNOWN, kind, ident, Owner(container_id=container_id),
+                      OwnerState.UNKNOWN, (*evidence, "no cache entry or IP reservation to tie it to a pod")))
+
+
+_RULE_IP = re.compile(r"(?:^|\s)(?:-s|-d|--to-destination)\s+\[?([0-9a-fA-F.:]+?)\]?(?:/(?:32|128))?(?::\d+)?(?=\s|$)")
+
+
+def _chain_ips(inv: Inventory) -> dict[str, set[str]]:
+    """Pod IPs the CNI rules of each container name (-s in the masquerade jump, DNAT destinations)."""
+    found: dict[str, set[str]] = defaultdict(set)
+    texts: list[tuple[str | None, str]] = [(c.container_id, r) for c in inv.chains for r in (*c.rules, *c.jumps)]
+    texts += [(r.container_id, r.rule) for r in inv.hostport_rules]
+    for cid, text in texts:
+        if not cid:
+            continue
+        for match in _RULE_IP.finditer(text):
+            ip = normalize_ip(match.group(1))
+            if ip:
+                found[cid].add(ip)
+    return found
+
+
+def _rule_id(rule: HostportRule) -> str:
+    return hostport_rule_id(rule)
