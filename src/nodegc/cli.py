@@ -39,6 +39,11 @@ def _add_root_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--cni-data-dir", type=Path, default=d.cni_data_dir, metavar="DIR")
     g.add_argument("--netns-dir", type=Path, default=d.netns_dir, metavar="DIR")
     g.add_argument("--proc-root", type=Path, default=d.proc_root, metavar="DIR")
+    g.add_argument("--static-pod-dir", type=Path, default=d.static_pod_dir, metavar="DIR",
+                   help="the kubelet's staticPodPath: what a manifest there declares is never reclaimed"
+                        f" (default: {d.static_pod_dir})")
+    g.add_argument("--pod-log-dir", type=Path, default=d.pod_log_dir, metavar="DIR",
+                   help=f"the kubelet's per-pod log directories (default: {d.pod_log_dir})")
     g.add_argument("--net-ns", type=Path, default=None, metavar="FILE",
                    help="read links and iptables in this network namespace (default: the one nodegc runs in)")
 
@@ -160,6 +165,8 @@ def roots_from_args(args: argparse.Namespace) -> Roots:
         cni_data_dir=args.cni_data_dir,
         netns_dir=args.netns_dir,
         proc_root=args.proc_root,
+        static_pod_dir=args.static_pod_dir,
+        pod_log_dir=args.pod_log_dir,
         net_ns=args.net_ns,
     )
 
@@ -176,8 +183,9 @@ def source_from_args(args: argparse.Namespace) -> DesiredSource:
 
 
 def cmd_scan(args: argparse.Namespace) -> int:
+    from nodegc.engine.detecting import detect
     from nodegc.inventory.scanning import scan_node
-    from nodegc.planning.correlate import CorrelationPolicy, correlate
+    from nodegc.planning.correlate import CorrelationPolicy
     from nodegc.render import Report, render_json, render_table, render_yaml
 
     roots = roots_from_args(args)
@@ -189,9 +197,8 @@ def cmd_scan(args: argparse.Namespace) -> int:
         log.error("desired state unavailable", source=source.name, error=str(e))
         print(f"nodegc: cannot read the pods bound to this node: {e}", file=sys.stderr)
         return EXIT_SOURCE
-    inventory = scan_node(roots, options)
-    findings = correlate(inventory, desired, now=datetime.now(UTC),
-                         policy=CorrelationPolicy(min_age_seconds=args.min_age))
+    inventory, findings = detect(scan_node(roots, options), desired, now=datetime.now(UTC),
+                                 policy=CorrelationPolicy(min_age_seconds=args.min_age))
     report = Report(node=desired.node, source=desired.source, taken_at=inventory.taken_at,
                     findings=findings, problems=inventory.problems)
     for p in inventory.problems:

@@ -14,6 +14,10 @@ class Roots:
     cni_data_dir: Path = Path("/var/lib/cni")
     netns_dir: Path = Path("/run/netns")
     proc_root: Path = Path("/proc")
+    static_pod_dir: Path = Path("/etc/kubernetes/manifests")
+    """The kubelet's staticPodPath: pods declared there run without (or before) a mirror in the API."""
+    pod_log_dir: Path = Path("/var/log/pods")
+    """The kubelet's per-pod log directories (`<namespace>_<name>_<uid>`)."""
     net_ns: Path | None = None
     """Network namespace whose links and iptables are read; None is the one nodegc runs in."""
 

@@ -20,6 +20,9 @@ class Kind(StrEnum):
     VETH = "veth"
     IPTABLES_CHAIN = "iptables_chain"
     HOSTPORT_RULE = "hostport_rule"
+    STATIC_POD = "static_pod"
+    """A manifest of the kubelet's static pod directory: read as evidence, never reclaimed."""
+    POD_LOG_DIR = "pod_log_dir"
 
 
 @dataclass(frozen=True)
@@ -127,6 +130,8 @@ class NetnsEntry:
     mtime: float | None = None
     addresses: tuple[str, ...] = ()
     """Addresses configured inside the namespace (read only when it is mounted)."""
+    addresses_read: bool = False
+    """Whether `addresses` was read: an unread namespace holds unknown addresses, not none."""
 
 
 @dataclass(frozen=True)
@@ -169,6 +174,33 @@ class HostportRule:
 
 
 @dataclass(frozen=True)
+class StaticPodManifest:
+    """A pod the kubelet runs from a file of its static pod directory, whatever the API shows."""
+
+    path: str
+    namespace: str | None
+    """None when the file could not be read or parsed: it may declare any pod."""
+    name: str | None
+    uid: str | None = None
+    """metadata.uid when the manifest sets it (the kubelet then uses it); else the kubelet's config hash."""
+    containers: tuple[str, ...] = ()
+    host_network: bool = False
+
+
+@dataclass(frozen=True)
+class PodLogDir:
+    """`/var/log/pods/<namespace>_<name>_<uid>`: the kubelet's per-pod log directory, which ties a UID to
+    the pod's namespace and name (a pod directory alone does not)."""
+
+    namespace: str
+    name: str
+    uid: str
+    path: str
+    inode: int
+    mtime: float
+
+
+@dataclass(frozen=True)
 class Inventory:
     """Everything the readers saw in one scan, plus what they could not read."""
 
@@ -181,4 +213,6 @@ class Inventory:
     veths: tuple[VethLink, ...] = ()
     chains: tuple[IptablesChain, ...] = ()
     hostport_rules: tuple[HostportRule, ...] = ()
+    static_pods: tuple[StaticPodManifest, ...] = ()
+    pod_logs: tuple[PodLogDir, ...] = ()
     problems: tuple[ReadProblem, ...] = field(default=())
