@@ -8,11 +8,8 @@ within grace plus a few seconds, without waiting for the interval.
 
 from __future__ import annotations
 
-import argparse
 import heapq
-import os
 import signal
-import socket
 import sys
 import threading
 import time
@@ -20,13 +17,9 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 
-from nodegc.cli import EXIT_BLOCKED, EXIT_CLEAN, EXIT_SOURCE, EXIT_USAGE, roots_from_args, source_from_args
-from nodegc.commands import LEDGER_FILE, engine_settings, open_ledger
-from nodegc.desired.reflector import PodReflector
 from nodegc.desired.source import DesiredSource, SourceError
 from nodegc.engine.cycle import CycleReport, Engine
-from nodegc.kube.client import make_client
-from nodegc.kube.errors import KubeError
+from nodegc.exitcodes import EXIT_BLOCKED, EXIT_CLEAN, EXIT_SOURCE, EXIT_USAGE
 from nodegc.kube.events import EventRecorder, EventType, ObjectRef
 from nodegc.ledger.store import LedgerError, LedgerLocked
 from nodegc.model.findings import Finding
@@ -34,8 +27,16 @@ from nodegc.model.pods import OwnerState, Pod
 from nodegc.observe.health import HealthServer, HealthServerError, Heartbeat
 from nodegc.observe.logs import get_logger
 from nodegc.observe.metrics import Metrics
-from nodegc.planning.phases import PhasePolicy
-from nodegc.reclaim.dispatch import DryRunExecutor, Executor, HostExecutor
+from nodegc.wiring import (
+    AgentSettings,
+    make_api_client,
+    make_engine_settings,
+    make_event_recorder,
+    make_executor,
+    make_reflector,
+    make_source,
+    open_ledger,
+)
 
 log = get_logger("nodegc.agent")
 
@@ -141,28 +142,27 @@ def deletion_hook(wakeups: Wakeups, *, consecutive_scans: int, grace: float) -> 
 # -- the command ------------------------------------------------------------------------------------
 
 
-def cmd_agent(args: argparse.Namespace) -> int:
-    roots = roots_from_args(args)
-    phases = PhasePolicy(consecutive_scans=args.consecutive_scans, grace_seconds=args.grace,
-                         per_kind=dict(args.mark_rule))
-    settings = engine_settings(args, phases)
-    executor: Executor = DryRunExecutor() if args.dry_run else HostExecutor(roots, timeout=args.command_timeout)
+def cmd_agent(settings: AgentSettings) -> int:
+    roots = settings.roots
+    phases = settings.phases
+    engine_settings = make_engine_settings(settings.safety, phases)
+    executor = make_executor(roots, dry_run=settings.dry_run, timeout=settings.safety.command_timeout)
     metrics = Metrics()
-    heartbeat = Heartbeat(args.interval)
-    node = args.node or os.environ.get("NODE_NAME") or socket.gethostname()
+    heartbeat = Heartbeat(settings.interval)
+    node = settings.source.node_name()
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     wakeups = Wakeups()
     with ExitStack() as cleanup:
         try:
-            server = _serve(args.metrics_address, metrics, heartbeat)
+            server = _serve(settings.metrics_address, metrics, heartbeat)
             if server is not None:
                 cleanup.callback(server.shutdown)
-            source, events = _desired(args, node, wakeups, cleanup)
-            ledger = cleanup.enter_context(open_ledger(args.state_dir / LEDGER_FILE))
+            source, events = _desired(settings, node, wakeups, cleanup)
+            ledger = cleanup.enter_context(open_ledger(settings.safety.ledger_path))
         except (HealthServerError, ValueError) as e:
-            print(f"nodegc: cannot serve metrics and health on {args.metrics_address}: {e}", file=sys.stderr)
+            print(f"nodegc: cannot serve metrics and health on {settings.metrics_address}: {e}", file=sys.stderr)
             return EXIT_USAGE
         except SourceError as e:
             print(f"nodegc: cannot watch the pods of node {node}: {e}", file=sys.stderr)
@@ -170,13 +170,13 @@ def cmd_agent(args: argparse.Namespace) -> int:
         except LedgerLocked as e:
             print(f"nodegc: {e}", file=sys.stderr)
             return EXIT_BLOCKED
-        engine = Engine(roots=roots, source=source, ledger=ledger, executor=executor, settings=settings,
+        engine = Engine(roots=roots, source=source, ledger=ledger, executor=executor, settings=engine_settings,
                         metrics=metrics)
-        log.info("agent started", node=node, interval=args.interval, dry_run=args.dry_run, ledger=ledger.path,
-                 k=args.consecutive_scans, grace=args.grace, source=source.name)
+        log.info("agent started", node=node, interval=settings.interval, dry_run=settings.dry_run,
+                 ledger=ledger.path, k=phases.consecutive_scans, grace=phases.grace_seconds, source=source.name)
         on_report = (lambda report: record_events(events, node, report)) if events is not None else None
-        run_loop(engine, interval=args.interval, stop=stop, wakeups=wakeups, heartbeat=heartbeat,
-                 on_report=on_report, max_cycles=args.max_cycles)
+        run_loop(engine, interval=settings.interval, stop=stop, wakeups=wakeups, heartbeat=heartbeat,
+                 on_report=on_report, max_cycles=settings.max_cycles)
     log.info("agent stopped")
     return EXIT_CLEAN
 
@@ -190,21 +190,20 @@ def _serve(address: str, metrics: Metrics, heartbeat: Heartbeat) -> HealthServer
 
 
 def _desired(
-    args: argparse.Namespace, node: str, wakeups: Wakeups, cleanup: ExitStack
+    settings: AgentSettings, node: str, wakeups: Wakeups, cleanup: ExitStack
 ) -> tuple[DesiredSource, EventRecorder | None]:
     """A snapshot file, or a watch on the node's pods plus an Event recorder on the same API."""
-    if args.pods_from is not None:
-        return source_from_args(args), None
-    hook = deletion_hook(wakeups, consecutive_scans=args.consecutive_scans, grace=args.grace)
-    reflector = PodReflector(node, kubeconfig=args.kubeconfig, on_delete=hook).start()
+    if settings.source.pods_from is not None:
+        return make_source(settings.source), None
+    hook = deletion_hook(wakeups, consecutive_scans=settings.phases.consecutive_scans,
+                         grace=settings.phases.grace_seconds)
+    client = make_api_client(settings.source)  # one client: the watch, the live GETs, the Events
+    cleanup.callback(client.close)
+    reflector = make_reflector(settings.source, on_delete=hook, client=client)
     cleanup.callback(reflector.stop)
-    if args.dry_run:
+    if settings.dry_run:
         return reflector, None
-    try:
-        events = EventRecorder(make_client(args.kubeconfig), component="nodegc", instance=node, host=node)
-    except KubeError as e:
-        log.warning("events disabled: no API client", error=str(e))
-        return reflector, None
+    events = make_event_recorder(settings.source, node=node, client=client)
     events.start()
     cleanup.callback(events.stop)
     return reflector, events

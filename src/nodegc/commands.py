@@ -1,77 +1,78 @@
-"""`nodegc clean`, `agent`, `history` and `explain`: flags become engine settings and a ledger."""
+"""`nodegc scan`, `clean`, `history` and `explain`: typed settings in (from nodegc.wiring), a report out."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from nodegc.cli import (
-    EXIT_BLOCKED,
-    EXIT_CLEAN,
-    EXIT_ERROR,
-    EXIT_RESIDUE,
-    EXIT_SOURCE,
-    EXIT_USAGE,
-    roots_from_args,
-    source_from_args,
-)
-from nodegc.engine.cycle import CycleReport, Engine, EngineSettings
-from nodegc.ledger.store import Ledger, LedgerError, LedgerLocked
+from nodegc.desired.source import SourceError
+from nodegc.engine.cycle import CycleReport, Engine
+from nodegc.exitcodes import EXIT_BLOCKED, EXIT_CLEAN, EXIT_ERROR, EXIT_RESIDUE, EXIT_SOURCE, EXIT_USAGE
+from nodegc.ledger.store import LedgerError, LedgerLocked
 from nodegc.model.findings import Owner
 from nodegc.model.items import Item, Phase
 from nodegc.observe.logs import get_logger
 from nodegc.planning.correlate import CorrelationPolicy
-from nodegc.planning.guards import BlastRadius
-from nodegc.planning.phases import PhasePolicy
-from nodegc.reclaim.dispatch import DryRunExecutor, Executor, HostExecutor
-from nodegc.settings import ScanOptions
+from nodegc.wiring import (
+    ONE_SHOT_PHASES,
+    CleanSettings,
+    ExplainSettings,
+    HistorySettings,
+    ScanSettings,
+    make_engine_settings,
+    make_executor,
+    make_source,
+    open_ledger,
+)
 
 log = get_logger("nodegc.commands")
-LEDGER_FILE = "ledger.db"
 
 
-def engine_settings(args: argparse.Namespace, phases: PhasePolicy) -> EngineSettings:
-    return EngineSettings(
-        phases=phases,
-        correlation=CorrelationPolicy(min_age_seconds=args.min_age),
-        blast_radius=BlastRadius(max_share=args.max_share, allow_empty_desired=args.allow_empty_desired),
-        scan=ScanOptions(command_timeout=args.command_timeout, min_age_seconds=args.min_age),
-        max_desired_age_seconds=args.max_desired_age,
-        reclaims_per_minute=args.reclaims_per_minute,
-    )
+# -- scan ----------------------------------------------------------------------------------------
 
 
-@contextmanager
-def open_ledger(path: Path | str, *, lock: bool = True) -> Iterator[Ledger]:
-    ledger = Ledger(path, lock=lock)
+def cmd_scan(settings: ScanSettings) -> int:
+    from nodegc.engine.detecting import detect
+    from nodegc.inventory.scanning import scan_node
+    from nodegc.render import Report, render_json, render_table, render_yaml
+
+    source = make_source(settings.source)
     try:
-        yield ledger
-    finally:
-        ledger.close()
+        desired = source.fetch()
+    except SourceError as e:
+        log.error("desired state unavailable", source=source.name, error=str(e))
+        print(f"nodegc: cannot read the pods bound to this node: {e}", file=sys.stderr)
+        return EXIT_SOURCE
+    inventory, findings = detect(scan_node(settings.roots, settings.options), desired, now=datetime.now(UTC),
+                                 policy=CorrelationPolicy(min_age_seconds=settings.options.min_age_seconds))
+    report = Report(node=desired.node, source=desired.source, taken_at=inventory.taken_at,
+                    findings=findings, problems=inventory.problems)
+    for p in inventory.problems:
+        log.warning("read problem", kind=p.kind.value, path=p.path, reason=p.reason)
+    log.info("scan done", node=desired.node, findings=len(findings), residue=len(report.residue),
+             conflicts=len(report.conflicts), problems=len(inventory.problems))
+    out = {"json": render_json, "yaml": render_yaml}.get(settings.output)
+    sys.stdout.write(out(report) if out else render_table(report, show_all=settings.show_all))
+    return EXIT_RESIDUE if report.residue or report.conflicts else EXIT_CLEAN
 
 
 # -- clean ---------------------------------------------------------------------------------------
 
 
-def cmd_clean(args: argparse.Namespace) -> int:
+def cmd_clean(settings: CleanSettings) -> int:
     """One shot. Without --apply: an in-memory ledger and the dry-run executor, so nothing on the node
     or on disk changes. With --apply: the node's ledger (locked against a running agent)."""
-    roots = roots_from_args(args)
-    executor: Executor = HostExecutor(roots, timeout=args.command_timeout) if args.apply else DryRunExecutor()
-    # One shot: no earlier scans to count, so K=1 and no grace; the minimum age still protects.
-    settings = engine_settings(args, PhasePolicy(consecutive_scans=1, grace_seconds=0))
-    where: Path | str = args.state_dir / LEDGER_FILE if args.apply else ":memory:"
+    executor = make_executor(settings.roots, dry_run=not settings.apply, timeout=settings.safety.command_timeout)
+    engine_settings = make_engine_settings(settings.safety, ONE_SHOT_PHASES)
+    where: Path | str = settings.safety.ledger_path if settings.apply else ":memory:"
     try:
         with open_ledger(where) as ledger:
-            engine = Engine(roots=roots, source=source_from_args(args), ledger=ledger, executor=executor,
-                            settings=settings)
+            engine = Engine(roots=settings.roots, source=make_source(settings.source), ledger=ledger,
+                            executor=executor, settings=engine_settings)
             report = engine.cycle()
     except LedgerLocked as e:
         print(f"nodegc: {e}: is the agent running on this node?", file=sys.stderr)
@@ -79,8 +80,8 @@ def cmd_clean(args: argparse.Namespace) -> int:
     except LedgerError as e:
         print(f"nodegc: {e}", file=sys.stderr)
         return EXIT_ERROR
-    doc = _clean_doc(report, applied=args.apply)
-    if args.output == "json":
+    doc = _clean_doc(report, applied=settings.apply)
+    if settings.output == "json":
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
     else:
         sys.stdout.write(_clean_table(doc))
@@ -88,7 +89,7 @@ def cmd_clean(args: argparse.Namespace) -> int:
         return EXIT_SOURCE
     if report.blocked:
         return EXIT_BLOCKED
-    if not args.apply:
+    if not settings.apply:
         return EXIT_RESIDUE if doc["plan"] else EXIT_CLEAN
     failed = [o for o in doc["results"] if not o["ok"]]
     return EXIT_RESIDUE if failed else EXIT_CLEAN
@@ -144,15 +145,16 @@ def _owner(item: Item) -> str:
 # -- history and explain -------------------------------------------------------------------------
 
 
-def cmd_history(args: argparse.Namespace) -> int:
-    path = args.state_dir / LEDGER_FILE
+def cmd_history(settings: HistorySettings) -> int:
+    path = settings.ledger_path
     if not path.exists():
         print(f"nodegc: no ledger at {path}", file=sys.stderr)
         return EXIT_USAGE
-    since = time.time() - args.since if args.since else None
+    since = time.time() - settings.since_seconds if settings.since_seconds else None
     with open_ledger(path, lock=False) as ledger:
-        rows = ledger.history(key=args.item, kind=args.kind, owner=args.owner, since=since, limit=args.limit)
-    if args.output == "json":
+        rows = ledger.history(key=settings.item, kind=settings.kind, owner=settings.owner, since=since,
+                              limit=settings.limit)
+    if settings.output == "json":
         sys.stdout.write(json.dumps([{
             "at": _ts(r.at), "item": r.key, "kind": r.kind, "from": r.from_phase, "to": r.to_phase,
             "reason": r.reason, "owner": r.owner} for r in rows], indent=2) + "\n")
@@ -162,16 +164,17 @@ def cmd_history(args: argparse.Namespace) -> int:
     return EXIT_CLEAN
 
 
-def cmd_explain(args: argparse.Namespace) -> int:
-    path = args.state_dir / LEDGER_FILE
+def cmd_explain(settings: ExplainSettings) -> int:
+    wanted = settings.item
+    path = settings.ledger_path
     if not path.exists():
         print(f"nodegc: no ledger at {path}", file=sys.stderr)
         return EXIT_USAGE
     with open_ledger(path, lock=False) as ledger:
-        matches = [i for k, i in ledger.items().items() if k == args.item or args.item in i.resource_id]
+        matches = [i for k, i in ledger.items().items() if k == wanted or wanted in i.resource_id]
         if len(matches) != 1:
             what = "no item matches" if not matches else f"{len(matches)} items match"
-            print(f"nodegc: {what} {args.item!r}" + "".join(f"\n  {i.key}" for i in matches[:20]), file=sys.stderr)
+            print(f"nodegc: {what} {wanted!r}" + "".join(f"\n  {i.key}" for i in matches[:20]), file=sys.stderr)
             return EXIT_USAGE
         item = matches[0]
         rows = ledger.history(key=item.key)

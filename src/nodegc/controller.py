@@ -16,14 +16,16 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import lightkube
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, start_http_server
 
-from nodegc.kube.client import make_client
+from nodegc import defaults
+from nodegc.api.client import CONTROLLER_FIELD_MANAGER, make_client
+from nodegc.api.errors import KubeError
+from nodegc.exitcodes import EXIT_CLEAN, EXIT_SOURCE, EXIT_USAGE
+from nodegc.flags import add_controller_parser
 from nodegc.kube.endpointslices import EndpointSliceSweeper, SweepOptions, SweepReport
-from nodegc.kube.errors import KubeError
 from nodegc.kube.events import EventRecorder, FlushReport
 from nodegc.kube.leases import LeaderElector, LeaseConfig
 from nodegc.observe.logs import get_logger
@@ -31,12 +33,11 @@ from nodegc.observe.metrics import MetricsServer
 
 log = get_logger("nodegc.controller")
 
-EXIT_OK = 0
-EXIT_ERROR = 1
-EXIT_USAGE = 2
-EXIT_SOURCE = 4
+EXIT_OK = EXIT_CLEAN
+__all__ = ["Controller", "ControllerMetrics", "ControllerSettings", "add_controller_parser", "cmd_controller",
+           "lease_config"]
 
-DEFAULT_LEASE_NAME = "nodegc-controller"
+DEFAULT_LEASE_NAME = defaults.CONTROLLER_LEASE_NAME
 PASS_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 
 
@@ -93,9 +94,9 @@ class ControllerMetrics:
 @dataclass(frozen=True)
 class ControllerSettings:
     lease: LeaseConfig
-    interval: float = 30.0
+    interval: float = defaults.CONTROLLER_INTERVAL_SECONDS
     sweep: SweepOptions = field(default_factory=SweepOptions)
-    events_per_minute: int = 30
+    events_per_minute: int = defaults.CONTROLLER_EVENTS_PER_MINUTE
     event_flush_interval: float = 10.0
 
 
@@ -188,35 +189,6 @@ def default_identity() -> str:
     return os.environ.get("POD_NAME") or socket.gethostname()
 
 
-def add_controller_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser],
-                          parents: list[argparse.ArgumentParser]) -> None:
-    lease = LeaseConfig(namespace="-", name="-", identity="-")
-    p = sub.add_parser("controller", parents=parents,
-                       help="the cluster controller: remove stale EndpointSlice endpoints (leader elected)")
-    p.add_argument("--kubeconfig", type=Path, metavar="FILE",
-                   help="kubeconfig (default: in-cluster config, then $KUBECONFIG or ~/.kube/config)")
-    p.add_argument("--lease-namespace", default=os.environ.get("POD_NAMESPACE") or "default",
-                   help="namespace of the leader election Lease (default: $POD_NAMESPACE, else default)")
-    p.add_argument("--lease-name", default=DEFAULT_LEASE_NAME, help="default: %(default)s")
-    p.add_argument("--identity", default=None,
-                   help="leader election identity (default: $POD_NAME, else the hostname)")
-    p.add_argument("--interval", type=float, default=30.0, metavar="SECONDS",
-                   help="seconds between passes while leader (default: %(default)s)")
-    p.add_argument("--lease-duration", type=float, default=lease.lease_duration, metavar="SECONDS",
-                   help="a follower takes over after the Lease went unrenewed this long "
-                        "(default: %(default)s); the leader stops acting after 2/3 of it without a renew")
-    p.add_argument("--dry-run", action="store_true",
-                   help="find and log stale endpoints, write nothing (no patches, no Events)")
-    p.add_argument("--max-patches-per-pass", type=int, default=SweepOptions().max_patches, metavar="N",
-                   help="slices patched per pass at most; the rest wait for the next pass "
-                        "(default: %(default)s)")
-    p.add_argument("--events-per-minute", type=int, default=30, metavar="N",
-                   help="Event writes per minute at most (default: %(default)s)")
-    p.add_argument("--metrics-address", default="0.0.0.0:9809", metavar="HOST:PORT",
-                   help="Prometheus metrics endpoint; empty to disable (default: %(default)s)")
-    p.add_argument("--max-passes", type=int, default=0, help=argparse.SUPPRESS)
-
-
 def lease_config(*, namespace: str, name: str, identity: str, lease_duration: float) -> LeaseConfig:
     """client-go's proportions (15 s / 10 s / 2 s) scaled to the chosen duration."""
     return LeaseConfig(namespace=namespace, name=name, identity=identity, lease_duration=lease_duration,
@@ -238,7 +210,7 @@ def cmd_controller(args: argparse.Namespace) -> int:
         sweep=SweepOptions(dry_run=args.dry_run, max_patches=args.max_patches_per_pass),
     )
     try:
-        client = make_client(args.kubeconfig, field_manager="nodegc-controller")
+        client = make_client(args.kubeconfig, field_manager=CONTROLLER_FIELD_MANAGER)
     except KubeError as e:
         print(f"nodegc: {e}", file=sys.stderr)
         return EXIT_SOURCE

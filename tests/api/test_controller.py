@@ -11,6 +11,7 @@ from typing import Any
 import lightkube
 import pytest
 
+from nodegc.api.client import make_client
 from nodegc.controller import (
     Controller,
     ControllerSettings,
@@ -18,7 +19,6 @@ from nodegc.controller import (
     cmd_controller,
     lease_config,
 )
-from nodegc.kube.client import make_client
 from nodegc.kube.endpointslices import EndpointSliceSweeper, SweepOptions
 from nodegc.kube.leases import LeaderElector, LeaseConfig
 from nodegc.model.endpoints import ENDPOINTSLICE_CONTROLLER, MANAGED_BY_LABEL, SERVICE_NAME_LABEL

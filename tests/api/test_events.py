@@ -9,7 +9,7 @@ from pathlib import Path
 import lightkube
 import pytest
 
-from nodegc.kube.client import make_client
+from nodegc.api.client import make_client
 from nodegc.kube.events import EventRecorder, EventType, ObjectRef, involved_object
 from nodegc.model.pods import Pod
 from tests.api.fakeapi import FakeKubeAPI, RecordedRequest

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from nodegc.inventory.cri.runtimes import forget_readers
+from nodegc.sandbox.containerd import SandboxContainerd, containerd_available
 from nodegc.sandbox.node import SandboxNode, namespace_is_private
 
 _HOST_DIR = Path(__file__).parent.resolve()
@@ -51,3 +53,20 @@ def sandbox_node(tmp_path: Path) -> Iterator[SandboxNode]:
         yield node
     finally:
         node.close()
+
+
+@pytest.fixture
+def containerd_node(sandbox_node: SandboxNode) -> Iterator[tuple[SandboxNode, SandboxContainerd]]:
+    """A sandbox node with a real containerd (CRI, runc, the real CNI plugins) of its own."""
+    missing = containerd_available()
+    if missing is not None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{missing}; under CI the runtime tests must run (make deps installs it)", pytrace=False)
+        pytest.skip(missing)
+    runtime = SandboxContainerd(sandbox_node)
+    try:
+        runtime.start()
+        yield sandbox_node, runtime
+    finally:
+        runtime.close()
+        forget_readers()

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from nodegc.api.objects import slice_from_object
 from nodegc.model.endpoints import (
     ENDPOINTSLICE_CONTROLLER,
     MANAGED_BY_LABEL,
@@ -18,7 +19,7 @@ from nodegc.model.endpoints import (
     StaleReason,
 )
 from nodegc.model.pods import Pod
-from nodegc.planning.endpoints import PodIndex, find_stale, remaining_endpoints, slice_from_object
+from nodegc.planning.endpoints import PodIndex, find_stale, remaining_endpoints
 
 NS = "shop"
 

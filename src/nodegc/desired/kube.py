@@ -8,20 +8,17 @@ make the missing pods' resources look like residue.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import httpx2
 import lightkube
-import yaml
-from lightkube.config.kubeconfig import DEFAULT_KUBECONFIG
 from lightkube.resources.core_v1 import Pod as PodResource
-from msgspec import MsgspecError
 
-from nodegc.desired.pods import pod_from_object
+from nodegc.api.client import make_client
+from nodegc.api.errors import KubeError, call, get_or_none
+from nodegc.api.objects import pod_from_object
 from nodegc.desired.source import SourceError
 from nodegc.model.pods import DesiredState, Pod
 
@@ -95,30 +92,11 @@ class KubeSource:
 
 
 def build_client(kubeconfig: Path | None, *, timeout: float) -> lightkube.Client:
-    """One lightkube client (one connection pool); every failure is a SourceError."""
-    config = load_config(kubeconfig)
+    """The process's client factory, with its failure as a SourceError (no desired state without it)."""
     try:
-        return lightkube.Client(config, timeout=httpx2.Timeout(timeout))
-    except (lightkube.ConfigError, OSError, KeyError, ValueError, AssertionError) as e:
-        raise SourceError(f"cannot set up the API client: {type(e).__name__}: {e}") from e
-
-
-def load_config(kubeconfig: Path | None) -> lightkube.KubeConfig:
-    """Explicit file first, then in-cluster, then KUBECONFIG (its first entry) or ~/.kube/config."""
-    try:
-        if kubeconfig is not None:
-            return lightkube.KubeConfig.from_file(kubeconfig)
-        if os.environ.get("KUBERNETES_SERVICE_HOST"):
-            return lightkube.KubeConfig.from_service_account()
-        env_paths = [p for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p]
-        return lightkube.KubeConfig.from_file(env_paths[0] if env_paths else DEFAULT_KUBECONFIG)
-    except yaml.YAMLError as e:
-        # str(e) would quote the offending line, which may hold a token.
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise SourceError(f"the Kubernetes client configuration is not valid YAML{where}") from e
-    except (lightkube.ConfigError, OSError, KeyError, MsgspecError, TypeError) as e:
-        raise SourceError(f"cannot load the Kubernetes client configuration: {type(e).__name__}: {e}") from e
+        return make_client(kubeconfig, timeout=timeout)
+    except KubeError as e:
+        raise SourceError(str(e)) from e
 
 
 def list_node_pods(
@@ -126,9 +104,12 @@ def list_node_pods(
 ) -> tuple[list[dict[str, Any]], str | None]:
     """Every pod bound to `node` (paged), and the resourceVersion of that consistent list.
 
-    Any failure on any page raises: a partial list would make the missing pods' resources look like residue.
+    No resourceVersion is sent, so the API server answers from a quorum read (never its possibly lagging
+    watch cache), and the continue token keeps every page at the first page's resourceVersion. Any failure
+    on any page raises: a partial list would make the missing pods' resources look like residue.
     """
-    try:
+
+    def fetch() -> tuple[list[dict[str, Any]], str | None]:
         items = client.list(
             PodResource,
             namespace=lightkube.ALL_NS,
@@ -141,44 +122,22 @@ def list_node_pods(
         except lightkube.NotReadyError:
             rv = None  # an empty first page without metadata: a watch then starts from "now"
         return objects, rv
-    except lightkube.ApiError as e:
-        status = e.status
-        code = status.code if status.code is not None else e.response.status_code
-        reason = status.reason or e.response.reason_phrase
-        raise SourceError(f"listing pods of node {node} failed: HTTP {code} {reason}") from e
-    except httpx2.HTTPStatusError as e:
-        response = e.response
-        raise SourceError(
-            f"listing pods of node {node} failed: HTTP {response.status_code} {response.reason_phrase}",
-        ) from e
-    except httpx2.TimeoutException as e:
-        raise SourceError(
-            f"listing pods of node {node} timed out after {timeout:g}s ({type(e).__name__})"
-        ) from e
-    except httpx2.HTTPError as e:
-        raise SourceError(f"listing pods of node {node} failed: {type(e).__name__}: {e}") from e
-    except (MsgspecError, ValueError) as e:
-        raise SourceError(f"listing pods of node {node}: malformed API response: {e}") from e
+
+    try:
+        return call(f"listing pods of node {node}", fetch, timeout=timeout)
+    except KubeError as e:
+        raise SourceError(str(e)) from e.__cause__
 
 
 def get_pod_live(client: lightkube.Client, namespace: str, name: str) -> Pod | None:
     """A live GET of one pod (None on 404): the terminate phase's fresh read, never a cache."""
     what = f"getting pod {namespace}/{name}"
     try:
-        obj = client.get(PodResource, name=name, namespace=namespace)
-    except lightkube.ApiError as e:
-        code = e.status.code if e.status.code is not None else e.response.status_code
-        if code == 404:
-            return None
-        raise SourceError(f"{what} failed: HTTP {code} {e.status.reason or e.response.reason_phrase}") from e
-    except httpx2.HTTPStatusError as e:
-        if e.response.status_code == 404:
-            return None
-        raise SourceError(f"{what} failed: HTTP {e.response.status_code} {e.response.reason_phrase}") from e
-    except httpx2.HTTPError as e:
-        raise SourceError(f"{what} failed: {type(e).__name__}: {e}") from e
-    except (MsgspecError, ValueError) as e:
-        raise SourceError(f"{what}: malformed API response: {e}") from e
+        obj = get_or_none(what, lambda: client.get(PodResource, name=name, namespace=namespace))
+    except KubeError as e:
+        raise SourceError(str(e)) from e.__cause__
+    if obj is None:
+        return None
     try:
         return pod_from_object(obj.to_dict())
     except ValueError as e:

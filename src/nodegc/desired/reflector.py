@@ -34,8 +34,10 @@ import httpx2
 import lightkube
 from lightkube.resources.core_v1 import Pod as PodResource
 
+from nodegc.api.errors import KubeError
+from nodegc.api.objects import pod_from_object
+from nodegc.api.streaming import WatchRequests
 from nodegc.desired.kube import build_client, get_pod_live, list_node_pods
-from nodegc.desired.pods import pod_from_object
 from nodegc.desired.source import SourceError
 from nodegc.model.pods import DesiredState, Pod
 from nodegc.observe.logs import get_logger
@@ -119,6 +121,7 @@ class PodReflector:
         self._high_rv: int | None = None
         self._stale_lists = 0
         self._response: httpx2.Response | None = None
+        self._watches: WatchRequests | None = None
         self._counters: dict[str, int] = dict.fromkeys(COUNTERS, 0)
         self._synced = threading.Event()
         self._stopping = threading.Event()
@@ -129,8 +132,7 @@ class PodReflector:
     def start(self) -> PodReflector:
         if self._thread is not None:
             return self
-        if self._client is None:
-            self._client = build_client(self._kubeconfig, timeout=self._request_timeout)
+        self._watch_requests()  # a client that cannot watch fails here, not inside the thread
         self._stopping.clear()
         self._thread = threading.Thread(target=self._run, name=f"pod-reflector-{self.node}", daemon=True)
         self._thread.start()
@@ -150,6 +152,7 @@ class PodReflector:
         if self._client is not None and self._owns_client:
             self._client.close()
             self._client = None
+            self._watches = None
 
     def __enter__(self) -> PodReflector:
         return self.start()
@@ -286,8 +289,7 @@ class PodReflector:
     def _watch(self, *, until: float) -> bool:
         """One watch request; True when at least one line arrived. Returns when the stream ends cleanly
         or the resync is due; raises _Relist, _WatchFailed or httpx errors."""
-        client = self._require_client()
-        generic = client._client  # lightkube has no public watch with bookmarks and a read timeout
+        watches = self._watch_requests()
         server_timeout = max(1, min(self._watch_timeout, math.ceil(until - time.monotonic())))
         params: dict[str, Any] = {
             "fieldSelector": f"spec.nodeName={self.node}",
@@ -295,16 +297,12 @@ class PodReflector:
             "timeoutSeconds": str(server_timeout),
             "resourceVersion": self._rv,
         }
-        basic = generic.prepare_request(
-            "list", res=PodResource, namespace=lightkube.ALL_NS, watch=True, params=params
-        )
         # The read timeout is the stall detector; near the resync it also ends the watch on time.
         read_timeout = min(self._idle_timeout, max(0.01, until - time.monotonic()))
-        timeout = httpx2.Timeout(self._request_timeout, read=read_timeout)
-        request = generic._client.build_request(basic.method, basic.url, params=basic.params, timeout=timeout)
         self._count("watches")
         try:
-            response = generic.send(request, stream=True)
+            response = watches.open(PodResource, namespace=lightkube.ALL_NS, params=params,
+                                    connect_timeout=self._request_timeout, read_timeout=read_timeout)
         except httpx2.ReadTimeout as e:
             if time.monotonic() >= until:
                 return True
@@ -403,6 +401,14 @@ class PodReflector:
             log.warning(
                 "on_delete callback failed", node=self.node, pod=f"{pod.namespace}/{pod.name}", error=repr(e)
             )
+
+    def _watch_requests(self) -> WatchRequests:
+        if self._watches is None:
+            try:
+                self._watches = WatchRequests(self._require_client())
+            except KubeError as e:
+                raise SourceError(str(e)) from e
+        return self._watches
 
     def _require_client(self) -> lightkube.Client:
         if self._client is None:

@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from nodegc.desired.pods import pod_from_object
+from nodegc.api.objects import pod_from_object
 from nodegc.desired.source import SourceError
 from nodegc.model.pods import DesiredState, Pod
 

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from nodegc import defaults
 from nodegc.desired.source import DesiredSource, SourceError
 from nodegc.engine.detecting import detect
 from nodegc.engine.limits import TokenBucket
@@ -81,10 +82,10 @@ class EngineSettings:
     correlation: CorrelationPolicy = field(default_factory=CorrelationPolicy)
     blast_radius: BlastRadius = field(default_factory=BlastRadius)
     scan: ScanOptions = field(default_factory=ScanOptions)
-    max_desired_age_seconds: float = 120.0
+    max_desired_age_seconds: float = defaults.MAX_DESIRED_AGE_SECONDS
     """A desired state older than this is stale: nothing destructive proceeds on it."""
-    reclaims_per_minute: float = 600.0
-    reclaim_burst: int = 200
+    reclaims_per_minute: float = defaults.RECLAIMS_PER_MINUTE
+    reclaim_burst: int = defaults.RECLAIM_BURST
 
 
 @dataclass

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from nodegc.inventory.cni_cache import scan_cni_cache
 from nodegc.inventory.cni_ipam import scan_ip_reservations
+from nodegc.inventory.cri.runtimes import read_runtime
 from nodegc.inventory.iptables import scan_iptables
 from nodegc.inventory.links import scan_veths
 from nodegc.inventory.mounting import read_mounts
@@ -40,11 +41,14 @@ def scan_node(
     taken_at = now()
     started = time.monotonic()
 
-    # iptables-save runs in its own processes: start it first and read the files while it works.
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="iptables-save") as pool:
+    # iptables-save runs in its own processes and the runtime answers over its socket: start both first
+    # and read the files while they work.
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="scan") as pool:
         rules_read = pool.submit(scan_iptables, net_ns=roots.net_ns, commands=options.iptables_save,
                                  timeout=options.command_timeout)
+        runtime_read = pool.submit(read_runtime, options)
         inventory = _read_host(roots, taken_at, rules_read)
+        inventory = dataclasses.replace(inventory, runtime=runtime_read.result())
     log.debug(
         "node scanned",
         seconds=round(time.monotonic() - started, 4),
@@ -55,6 +59,7 @@ def scan_node(
         netns=len(inventory.netns),
         veths=len(inventory.veths),
         chains=len(inventory.chains),
+        sandboxes=len(inventory.runtime.sandboxes) if inventory.runtime else None,
         problems=len(inventory.problems),
     )
     return inventory

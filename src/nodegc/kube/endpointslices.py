@@ -25,8 +25,9 @@ from lightkube.generic_resource import GenericNamespacedResource, create_api_inf
 from lightkube.resources.core_v1 import Pod as PodResource
 from lightkube.types import PatchType
 
-from nodegc.desired.pods import pod_from_object
-from nodegc.kube.errors import KubeError, call
+from nodegc import defaults
+from nodegc.api.errors import KubeError, call, get_or_none
+from nodegc.api.objects import pod_from_object, slice_from_object
 from nodegc.kube.events import EventRecorder, EventType, ObjectRef
 from nodegc.model.endpoints import Slice, StaleAction, StaleEndpoint
 from nodegc.model.pods import Pod
@@ -35,7 +36,6 @@ from nodegc.planning.endpoints import (
     PodIndex,
     find_stale,
     remaining_endpoints,
-    slice_from_object,
     stale_in_slice,
     staleness,
 )
@@ -58,7 +58,7 @@ class RawEndpointSlice(GenericNamespacedResource):
 @dataclass(frozen=True)
 class SweepOptions:
     dry_run: bool = False
-    max_patches: int = 50
+    max_patches: int = defaults.MAX_PATCHES_PER_PASS
     max_conflict_retries: int = 3
     chunk_size: int = CHUNK_SIZE
 
@@ -157,23 +157,15 @@ class EndpointSliceSweeper:
         return PodIndex.build(pods, unknown_namespaces=unknown)
 
     def _get_slice(self, namespace: str, name: str) -> Mapping[str, Any] | None:
-        try:
-            obj = call(f"getting endpointslice {namespace}/{name}",
-                       lambda: self._client.get(RawEndpointSlice, name=name, namespace=namespace))
-        except KubeError as e:
-            if e.not_found:
-                return None
-            raise
-        return _plain(obj)
+        obj = get_or_none(f"getting endpointslice {namespace}/{name}",
+                          lambda: self._client.get(RawEndpointSlice, name=name, namespace=namespace))
+        return None if obj is None else _plain(obj)
 
     def _live_pod(self, namespace: str, name: str) -> Pod | None:
-        try:
-            obj = call(f"getting pod {namespace}/{name}",
-                       lambda: self._client.get(PodResource, name=name, namespace=namespace))
-        except KubeError as e:
-            if e.not_found:
-                return None
-            raise
+        obj = get_or_none(f"getting pod {namespace}/{name}",
+                          lambda: self._client.get(PodResource, name=name, namespace=namespace))
+        if obj is None:
+            return None
         try:
             return pod_from_object(obj.to_dict())
         except ValueError as e:

@@ -23,7 +23,7 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Event
 from lightkube.types import PatchType
 
-from nodegc.kube.errors import KubeError, call
+from nodegc.api.errors import KubeError, call
 from nodegc.model.pods import Pod
 from nodegc.observe.logs import get_logger
 

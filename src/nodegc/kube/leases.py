@@ -24,7 +24,8 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.coordination_v1 import Lease
 from lightkube.types import PatchType
 
-from nodegc.kube.errors import KubeError, call
+from nodegc import defaults
+from nodegc.api.errors import KubeError, call
 from nodegc.observe.logs import get_logger
 
 log = get_logger("nodegc.kube.leases")
@@ -46,7 +47,7 @@ class LeaseConfig:
     namespace: str
     name: str
     identity: str
-    lease_duration: float = 15.0
+    lease_duration: float = defaults.LEASE_DURATION_SECONDS
     renew_deadline: float = 10.0
     retry_period: float = 2.0
 

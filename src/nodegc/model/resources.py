@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
+from nodegc.model.runtime import RuntimeView
+
 
 class Kind(StrEnum):
     POD_DIR = "pod_dir"
@@ -20,9 +22,12 @@ class Kind(StrEnum):
     VETH = "veth"
     IPTABLES_CHAIN = "iptables_chain"
     HOSTPORT_RULE = "hostport_rule"
+    SANDBOX = "sandbox"
+    RUNTIME_LEFTOVER = "runtime_leftover"
+    POD_LOG_DIR = "pod_log_dir"
+    FIREWALL_RULE = "firewall_rule"
     STATIC_POD = "static_pod"
     """A manifest of the kubelet's static pod directory: read as evidence, never reclaimed."""
-    POD_LOG_DIR = "pod_log_dir"
 
 
 @dataclass(frozen=True)
@@ -216,3 +221,5 @@ class Inventory:
     static_pods: tuple[StaticPodManifest, ...] = ()
     pod_logs: tuple[PodLogDir, ...] = ()
     problems: tuple[ReadProblem, ...] = field(default=())
+    runtime: RuntimeView | None = None
+    """What the container runtime said; None when no runtime is configured or its socket is absent."""

@@ -10,6 +10,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from nodegc import defaults
 from nodegc.model.findings import Finding, FindingClass
 from nodegc.model.pods import DesiredState, OwnerState, Pod
 from nodegc.model.resources import Inventory, IPReservation, Kind, NetnsEntry, StaticPodManifest
@@ -22,7 +23,7 @@ GONE = frozenset({OwnerState.TERMINAL, OwnerState.ABSENT})
 
 @dataclass(frozen=True)
 class CorrelationPolicy:
-    min_age_seconds: float = 60.0
+    min_age_seconds: float = defaults.MIN_AGE_SECONDS
 
 
 @dataclass

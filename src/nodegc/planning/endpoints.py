@@ -13,97 +13,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nodegc.model.endpoints import (
-    MANAGED_BY_LABEL,
-    SERVICE_NAME_LABEL,
     Endpoint,
     Slice,
     StaleAction,
     StaleEndpoint,
     StaleReason,
-    TargetRef,
 )
 from nodegc.model.pods import OwnerState, Pod
 
 IP_ADDRESS_TYPES = frozenset({"IPv4", "IPv6"})
-
-
-# ------------------------------------------------------------------------------------------- parsing
-
-
-def slice_from_object(obj: Mapping[str, Any]) -> Slice:
-    """Raise ValueError when the slice's identity or endpoint list is not what the API defines.
-
-    A slice we cannot read exactly is skipped whole by the caller: removing endpoints from a list we
-    misread could drop a live one.
-    """
-    if not isinstance(obj, Mapping):
-        raise ValueError(f"endpointslice is a {type(obj).__name__}, not an object")
-    meta = _section(obj, "metadata", "endpointslice")
-    name = _opt_str(meta, "name", "endpointslice metadata")
-    namespace = _opt_str(meta, "namespace", "endpointslice metadata")
-    if not name or not namespace:
-        raise ValueError("endpointslice has no metadata.name or metadata.namespace")
-    label = f"endpointslice {namespace}/{name}"
-    labels = meta.get("labels") or {}
-    if not isinstance(labels, Mapping):
-        raise ValueError(f"{label}: metadata.labels is not an object")
-    raw_endpoints = obj.get("endpoints")
-    if raw_endpoints is None:
-        raw_endpoints = []
-    if not isinstance(raw_endpoints, list):
-        raise ValueError(f"{label}: endpoints is not a list")
-    endpoints = tuple(_endpoint(raw, f"{label} endpoint #{i}") for i, raw in enumerate(raw_endpoints))
-    managed_by = labels.get(MANAGED_BY_LABEL)
-    service = labels.get(SERVICE_NAME_LABEL)
-    return Slice(
-        namespace=namespace,
-        name=name,
-        resource_version=_opt_str(meta, "resourceVersion", label) or None,
-        address_type=_opt_str(obj, "addressType", label) or None,
-        endpoints=endpoints,
-        managed_by=managed_by if isinstance(managed_by, str) and managed_by else None,
-        service_name=service if isinstance(service, str) and service else None,
-        uid=_opt_str(meta, "uid", label) or None,
-    )
-
-
-def _endpoint(raw: object, label: str) -> Endpoint:
-    if not isinstance(raw, Mapping):
-        raise ValueError(f"{label} is not an object")
-    addresses = raw.get("addresses") or []
-    if not isinstance(addresses, list) or not all(isinstance(a, str) for a in addresses):
-        raise ValueError(f"{label}: addresses is not a list of strings")
-    ref_raw = raw.get("targetRef")
-    ref: TargetRef | None = None
-    if ref_raw is not None:
-        if not isinstance(ref_raw, Mapping):
-            raise ValueError(f"{label}: targetRef is not an object")
-        ref = TargetRef(
-            kind=_opt_str(ref_raw, "kind", label) or None,
-            namespace=_opt_str(ref_raw, "namespace", label) or None,
-            name=_opt_str(ref_raw, "name", label) or None,
-            uid=_opt_str(ref_raw, "uid", label) or None,
-        )
-    return Endpoint(addresses=tuple(addresses), target_ref=ref,
-                    node_name=_opt_str(raw, "nodeName", label) or None)
-
-
-def _section(obj: Mapping[str, Any], key: str, what: str) -> Mapping[str, Any]:
-    value = obj.get(key)
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise ValueError(f"{what} {key} is not an object")
-    return value
-
-
-def _opt_str(section: Mapping[str, Any], key: str, what: str) -> str | None:
-    value = section.get(key)
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise ValueError(f"{what}: {key} is a {type(value).__name__}, not a string")
-    return value
 
 
 # ------------------------------------------------------------------------------------------- pods

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from nodegc import defaults
 from nodegc.model.findings import Finding, FindingClass
 from nodegc.model.pods import DesiredState, OwnerState
 from nodegc.model.resources import Kind
@@ -16,9 +17,9 @@ from nodegc.model.resources import Kind
 
 @dataclass(frozen=True)
 class BlastRadius:
-    max_share: float = 0.5
+    max_share: float = defaults.MAX_SHARE
     """Largest share of the node's owners (pods and sandboxes) one scan may find orphaned."""
-    min_owners: int = 10
+    min_owners: int = defaults.MIN_OWNERS
     """Below this many orphaned owners the share rule does not apply (a small node can lose half)."""
     allow_empty_desired: bool = False
     """An empty pod list with pod directories or attachments on disk is refused unless this is set."""

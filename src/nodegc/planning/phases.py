@@ -10,6 +10,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from nodegc import defaults
 from nodegc.model.findings import Finding
 from nodegc.model.items import Identity, Item, Phase, item_key
 from nodegc.model.resources import (
@@ -30,9 +31,9 @@ _ACTIVE = frozenset({Phase.DETECTED, Phase.MARKED, Phase.TERMINATING, Phase.CLEA
 
 @dataclass(frozen=True)
 class PhasePolicy:
-    consecutive_scans: int = 3
+    consecutive_scans: int = defaults.CONSECUTIVE_SCANS
     """K: scans in a row that must see a resource orphaned before it is marked."""
-    grace_seconds: float = 120.0
+    grace_seconds: float = defaults.GRACE_SECONDS
     """And this long since it was first seen orphaned (first-seen survives restarts in the ledger)."""
     per_kind: Mapping[Kind, tuple[int, float]] = field(default_factory=dict)
     """Overrides of (K, grace) per kind."""

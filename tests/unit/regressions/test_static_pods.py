@@ -4,7 +4,7 @@ another metadata.uid. Both UIDs must lead to the pod, or a running etcd's direct
 
 from __future__ import annotations
 
-from nodegc.desired.pods import pod_from_object
+from nodegc.api.objects import pod_from_object
 from nodegc.model.findings import FindingClass
 from nodegc.model.pods import DesiredState
 from nodegc.model.resources import Inventory, Kind

@@ -1,6 +1,8 @@
-"""One error type for every API call, carrying the HTTP status so callers can tell 404 and 409 apart.
+"""The one translator of API failures: every way a client call can fail becomes a `KubeError`.
 
-Messages name the call and the status, never a token or a whole payload.
+It carries the HTTP status when the server answered, so callers tell 404 and 409 apart, and keeps its
+cause (`raise ... from e`). Messages name the call and the status, never a token or a whole payload
+(a Status body's message is left out: it may quote the request).
 """
 
 from __future__ import annotations
@@ -17,14 +19,16 @@ T = TypeVar("T")
 NOT_FOUND = 404
 CONFLICT = 409
 ALREADY_EXISTS = 409
+GONE = 410
 
 
 class KubeError(Exception):
     """An API call failed; `code` is the HTTP status when the server answered, else None."""
 
-    def __init__(self, message: str, *, code: int | None = None) -> None:
+    def __init__(self, message: str, *, code: int | None = None, timed_out: bool = False) -> None:
         super().__init__(message)
         self.code = code
+        self.timed_out = timed_out
 
     @property
     def conflict(self) -> bool:
@@ -34,9 +38,16 @@ class KubeError(Exception):
     def not_found(self) -> bool:
         return self.code == NOT_FOUND
 
+    @property
+    def gone(self) -> bool:
+        return self.code == GONE
 
-def call(what: str, fn: Callable[[], T]) -> T:
-    """Run one client call; every way it can fail becomes a KubeError that keeps its cause."""
+
+def call(what: str, fn: Callable[[], T], *, timeout: float | None = None) -> T:
+    """Run one client call (a lazy list must be consumed inside `fn`); failures become KubeError.
+
+    `timeout`, when given, is named in the message of a timed-out call.
+    """
     try:
         return fn()
     except lightkube.ApiError as e:
@@ -48,7 +59,20 @@ def call(what: str, fn: Callable[[], T]) -> T:
             f"{what} failed: HTTP {e.response.status_code} {e.response.reason_phrase}",
             code=e.response.status_code,
         ) from e
+    except httpx2.TimeoutException as e:
+        after = f" after {timeout:g}s" if timeout is not None else ""
+        raise KubeError(f"{what} timed out{after} ({type(e).__name__})", timed_out=True) from e
     except httpx2.HTTPError as e:
         raise KubeError(f"{what} failed: {type(e).__name__}: {e}") from e
     except (MsgspecError, ValueError, TypeError) as e:
         raise KubeError(f"{what}: malformed API response: {type(e).__name__}: {e}") from e
+
+
+def get_or_none(what: str, fn: Callable[[], T]) -> T | None:
+    """A GET whose 404 means "does not exist" (None); every other failure raises KubeError."""
+    try:
+        return call(what, fn)
+    except KubeError as e:
+        if e.not_found:
+            return None
+        raise

@@ -1,0 +1,80 @@
+"""The one place that uses lightkube internals: a raw watch request with its own read timeout.
+
+lightkube's public `watch()` neither asks for bookmarks nor lets the caller set a read timeout, and both
+are what the reflector's stall detector rests on. So a watch is built here from the client's private
+generic client (`Client._client`): `prepare_request` (URL and query of a list with watch=true),
+`build_adapter_request` (the authenticated httpx2 request, honouring `BasicRequest.timeout`) and
+`send(..., stream=True)`. `check_lightkube()` refuses a lightkube outside the range the contract test
+(tests/api/test_lightkube_contract.py) was run against, or one that lacks any of those parts, with a
+clear error instead of an AttributeError inside the watch thread.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from importlib import metadata
+from typing import Any
+
+import httpx2
+import lightkube
+from lightkube.core.generic_client import BasicRequest
+
+from nodegc.api.errors import KubeError
+
+SUPPORTED = ((0, 15), (2, 0))
+"""lightkube versions [low, high) whose internals the contract test checks."""
+
+
+def lightkube_version() -> tuple[int, int]:
+    text = metadata.version("lightkube")
+    match = re.match(r"(\d+)\.(\d+)", text)
+    if match is None:
+        raise KubeError(f"cannot read the lightkube version {text!r}")
+    return int(match.group(1)), int(match.group(2))
+
+
+def check_lightkube(client: lightkube.Client) -> Any:
+    """The client's generic client, after checking version and shape; KubeError when unusable."""
+    version = lightkube_version()
+    low, high = SUPPORTED
+    if not low <= version < high:
+        raise KubeError(
+            f"lightkube {version[0]}.{version[1]} is outside the supported range "
+            f"{low[0]}.{low[1]} to before {high[0]}.{high[1]} (raw watch requests)"
+        )
+    generic = getattr(client, "_client", None)
+    missing = [name for name in ("prepare_request", "build_adapter_request", "send")
+               if not callable(getattr(generic, name, None))]
+    if "timeout" not in {f.name for f in dataclasses.fields(BasicRequest)}:
+        missing.append("BasicRequest.timeout")
+    if missing:
+        raise KubeError(f"this lightkube lacks what raw watch requests need: {', '.join(missing)}")
+    return generic
+
+
+class WatchRequests:
+    """Opens watch streams on one lightkube client (its connection pool, auth and base URL)."""
+
+    def __init__(self, client: lightkube.Client) -> None:
+        self._generic = check_lightkube(client)
+
+    def open(
+        self,
+        resource: type[Any],
+        *,
+        namespace: str | None,
+        params: dict[str, Any],
+        connect_timeout: float,
+        read_timeout: float,
+    ) -> httpx2.Response:
+        """A streaming GET of `resource`'s collection with watch=true and `params`; the caller reads and
+        closes the response. httpx2 errors (ReadTimeout included) propagate to the caller."""
+        basic: BasicRequest = self._generic.prepare_request(
+            "list", res=resource, namespace=namespace, watch=True,
+            params={k: v for k, v in params.items() if v is not None},
+        )
+        basic.timeout = httpx2.Timeout(connect_timeout, read=read_timeout)
+        request = self._generic.build_adapter_request(basic)
+        response: httpx2.Response = self._generic.send(request, stream=True)
+        return response

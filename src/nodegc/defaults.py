@@ -1,0 +1,68 @@
+"""Every default of nodegc, once. The flags, the agent's config file and the settings classes read them here.
+
+Only constants, and no imports at all: every layer (the pure ones included) and the command line's `--help`
+can use it without pulling in anything. Paths are strings here; the settings classes make them `Path`s.
+"""
+
+from __future__ import annotations
+
+# -- node roots ------------------------------------------------------------------------------------
+KUBELET_ROOT = "/var/lib/kubelet"
+CNI_CONF_DIR = "/etc/cni/net.d"
+CNI_BIN_DIRS: tuple[str, ...] = ("/opt/cni/bin",)
+CNI_DATA_DIR = "/var/lib/cni"
+NETNS_DIR = "/run/netns"
+PROC_ROOT = "/proc"
+STATIC_POD_DIR = "/etc/kubernetes/manifests"
+"""The kubelet's staticPodPath: pods declared there run without (or before) a mirror in the API."""
+POD_LOG_DIR = "/var/log/pods"
+"""The kubelet's per-pod log directories (`<namespace>_<name>_<uid>`)."""
+
+# -- state -----------------------------------------------------------------------------------------
+STATE_DIR = "/var/lib/nodegc"
+LEDGER_FILE = "ledger.db"
+
+# -- scan ------------------------------------------------------------------------------------------
+MIN_AGE_SECONDS = 60.0
+"""Resources younger than this are protected: the creation race (reservation before pod status)."""
+COMMAND_TIMEOUT_SECONDS = 30.0
+"""Upper bound for one external command (iptables-save, a CNI plugin)."""
+
+# -- safety ----------------------------------------------------------------------------------------
+MAX_SHARE = 0.5
+"""Largest share of the node's owners (pods and sandboxes) one scan may find orphaned."""
+MIN_OWNERS = 10
+"""Below this many orphaned owners the share rule does not apply (a small node can lose half)."""
+MAX_DESIRED_AGE_SECONDS = 120.0
+"""A desired state older than this is stale: nothing destructive proceeds on it."""
+RECLAIMS_PER_MINUTE = 600.0
+RECLAIM_BURST = 200
+
+# -- phases ----------------------------------------------------------------------------------------
+CONSECUTIVE_SCANS = 3
+"""K: scans in a row that must see a resource orphaned before it is marked."""
+GRACE_SECONDS = 120.0
+"""And this long since it was first seen orphaned."""
+
+# -- the agent -------------------------------------------------------------------------------------
+AGENT_INTERVAL_SECONDS = 30.0
+AGENT_METRICS_ADDRESS = "0.0.0.0:9808"
+AGENT_CONFIG_FILE: str | None = None
+"""No config file unless one is named (--config or $NODEGC_CONFIG)."""
+
+# -- the controller --------------------------------------------------------------------------------
+CONTROLLER_INTERVAL_SECONDS = 30.0
+CONTROLLER_METRICS_ADDRESS = "0.0.0.0:9809"
+CONTROLLER_LEASE_NAME = "nodegc-controller"
+CONTROLLER_EVENTS_PER_MINUTE = 30
+LEASE_DURATION_SECONDS = 15.0
+"""client-go's 15 s; the renew deadline and retry period scale with it."""
+MAX_PATCHES_PER_PASS = 50
+"""EndpointSlices patched per pass at most; the rest wait for the next pass."""
+
+# -- the API ---------------------------------------------------------------------------------------
+REQUEST_TIMEOUT_SECONDS = 10.0
+"""One request to the API server, at most."""
+
+# -- history ---------------------------------------------------------------------------------------
+HISTORY_LIMIT = 1000

@@ -1,0 +1,68 @@
+"""What the container runtime (through CRI) says exists on the node.
+
+A `RuntimeView` is one reading of the runtime: its identity, the sandboxes and containers it knows, and
+whether the reading is complete. A view that is not `usable` carries no evidence: nothing that needs the
+runtime's word may be concluded from it (and "the runtime knows no such sandbox" least of all).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+
+@dataclass(frozen=True)
+class RuntimeSandbox:
+    """One pod sandbox the runtime knows (ListPodSandbox, plus PodSandboxStatus verbose once per id)."""
+
+    id: str
+    pod_uid: str
+    pod_name: str
+    pod_namespace: str
+    attempt: int
+    ready: bool
+    created_at: datetime | None
+    ips: tuple[str, ...] = ()
+    netns_path: str | None = None
+    """Where the runtime says the sandbox's network namespace is (containerd: the OCI spec's network path)."""
+    netns_closed: bool | None = None
+    pid: int | None = None
+    log_directory: str | None = None
+    status_read: bool = False
+    """True once PodSandboxStatus answered for this sandbox (ips, netns and pid come from there)."""
+
+
+@dataclass(frozen=True)
+class RuntimeContainer:
+    id: str
+    sandbox_id: str
+    name: str
+    state: str
+    """created, running, exited or unknown."""
+    created_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class RuntimeView:
+    """One reading of the runtime. `reachable` False: the runtime could not be asked (see `error`)."""
+
+    endpoint: str
+    reachable: bool
+    runtime_name: str | None = None
+    runtime_version: str | None = None
+    api_version: str | None = None
+    sandboxes: tuple[RuntimeSandbox, ...] = ()
+    containers: tuple[RuntimeContainer, ...] = ()
+    error: str | None = None
+    read_at: datetime | None = None
+    state_dir: str | None = None
+    """The runtime's state directory (containerd: the `state` of its config) when nodegc was told it."""
+
+    def sandbox(self, sandbox_id: str) -> RuntimeSandbox | None:
+        for sb in self.sandboxes:
+            if sb.id == sandbox_id:
+                return sb
+        return None
+
+    def by_id(self) -> dict[str, RuntimeSandbox]:
+        return {sb.id: sb for sb in self.sandboxes}

@@ -1,0 +1,274 @@
+"""The one place where flags become settings, and settings become the parts: source, ledger, executor, engine.
+
+The entry points (cli.py dispatches to commands.py, agent.py) never read the argparse namespace: they
+take the typed settings built here. Nothing here imports an entry point, so there is no loop.
+
+Where a new flag goes:
+1. its default: one constant in nodegc/defaults.py (the settings class field uses the same constant);
+2. the flag: nodegc/flags.py, in the group of the commands that take it, `default=defaults.X`;
+3. its setting: a field of the settings dataclass below (or of a settings class of the layer that uses it,
+   e.g. EngineSettings), filled in the matching `*_from_args`; validate its range there too;
+4. its use: the builder below that makes the part that needs it (`make_source`, `make_engine_settings`,
+   `make_executor`, ...). Commands call builders; they do not construct parts themselves.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from nodegc import defaults
+from nodegc.desired.source import DesiredSource
+from nodegc.engine.cycle import EngineSettings
+from nodegc.ledger.store import Ledger
+from nodegc.model.pods import Pod
+from nodegc.model.resources import Kind
+from nodegc.planning.correlate import CorrelationPolicy
+from nodegc.planning.guards import BlastRadius
+from nodegc.planning.phases import PhasePolicy
+from nodegc.reclaim.dispatch import DryRunExecutor, Executor, HostExecutor
+from nodegc.settings import Roots, ScanOptions
+
+if TYPE_CHECKING:
+    import lightkube
+
+    from nodegc.desired.reflector import PodReflector
+    from nodegc.kube.events import EventRecorder
+
+# -- settings ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SourceSettings:
+    """Where the desired state comes from: a snapshot file, or the API (kubeconfig or in-cluster)."""
+
+    node: str | None = None
+    """--node; None: $NODE_NAME, else inferred from the snapshot, else the hostname."""
+    pods_from: Path | None = None
+    kubeconfig: Path | None = None
+
+    def node_name(self) -> str:
+        """The node the API is asked about (a snapshot may instead name it itself)."""
+        return self.node or os.environ.get("NODE_NAME") or socket.gethostname()
+
+
+@dataclass(frozen=True)
+class SafetySettings:
+    """The engine's guards, as `clean` and `agent` take them."""
+
+    state_dir: Path = Path(defaults.STATE_DIR)
+    min_age_seconds: float = defaults.MIN_AGE_SECONDS
+    max_share: float = defaults.MAX_SHARE
+    allow_empty_desired: bool = False
+    max_desired_age_seconds: float = defaults.MAX_DESIRED_AGE_SECONDS
+    reclaims_per_minute: float = defaults.RECLAIMS_PER_MINUTE
+    command_timeout: float = defaults.COMMAND_TIMEOUT_SECONDS
+
+    @property
+    def ledger_path(self) -> Path:
+        return self.state_dir / defaults.LEDGER_FILE
+
+
+@dataclass(frozen=True)
+class ScanSettings:
+    roots: Roots
+    source: SourceSettings
+    options: ScanOptions
+    output: str = "table"
+    show_all: bool = False
+
+
+@dataclass(frozen=True)
+class CleanSettings:
+    roots: Roots
+    source: SourceSettings
+    safety: SafetySettings
+    apply: bool = False
+    output: str = "table"
+
+
+@dataclass(frozen=True)
+class AgentSettings:
+    roots: Roots
+    source: SourceSettings
+    safety: SafetySettings
+    phases: PhasePolicy = field(default_factory=PhasePolicy)
+    interval: float = defaults.AGENT_INTERVAL_SECONDS
+    dry_run: bool = False
+    metrics_address: str = defaults.AGENT_METRICS_ADDRESS
+    max_cycles: int = 0
+
+
+@dataclass(frozen=True)
+class HistorySettings:
+    state_dir: Path = Path(defaults.STATE_DIR)
+    item: str | None = None
+    kind: str | None = None
+    owner: str | None = None
+    since_seconds: float | None = None
+    limit: int = defaults.HISTORY_LIMIT
+    output: str = "table"
+
+    @property
+    def ledger_path(self) -> Path:
+        return self.state_dir / defaults.LEDGER_FILE
+
+
+@dataclass(frozen=True)
+class ExplainSettings:
+    item: str
+    state_dir: Path = Path(defaults.STATE_DIR)
+
+    @property
+    def ledger_path(self) -> Path:
+        return self.state_dir / defaults.LEDGER_FILE
+
+
+# -- flags -> settings ------------------------------------------------------------------------------
+
+
+def roots_from_args(args: argparse.Namespace) -> Roots:
+    return Roots(
+        kubelet_root=args.kubelet_root,
+        cni_conf_dir=args.cni_conf_dir,
+        cni_bin_dirs=tuple(args.cni_bin_dir) if args.cni_bin_dir else Roots().cni_bin_dirs,
+        cni_data_dir=args.cni_data_dir,
+        netns_dir=args.netns_dir,
+        proc_root=args.proc_root,
+        static_pod_dir=args.static_pod_dir,
+        pod_log_dir=args.pod_log_dir,
+        net_ns=args.net_ns,
+    )
+
+
+def source_from_args(args: argparse.Namespace) -> SourceSettings:
+    return SourceSettings(node=args.node, pods_from=args.pods_from, kubeconfig=args.kubeconfig)
+
+
+def safety_from_args(args: argparse.Namespace) -> SafetySettings:
+    return SafetySettings(
+        state_dir=args.state_dir,
+        min_age_seconds=args.min_age,
+        max_share=args.max_share,
+        allow_empty_desired=args.allow_empty_desired,
+        max_desired_age_seconds=args.max_desired_age,
+        reclaims_per_minute=args.reclaims_per_minute,
+        command_timeout=args.command_timeout,
+    )
+
+
+def scan_from_args(args: argparse.Namespace) -> ScanSettings:
+    return ScanSettings(
+        roots=roots_from_args(args),
+        source=source_from_args(args),
+        options=ScanOptions(command_timeout=args.command_timeout, min_age_seconds=args.min_age),
+        output=args.output,
+        show_all=args.all,
+    )
+
+
+def clean_from_args(args: argparse.Namespace) -> CleanSettings:
+    return CleanSettings(roots=roots_from_args(args), source=source_from_args(args),
+                         safety=safety_from_args(args), apply=args.apply, output=args.output)
+
+
+def agent_from_args(args: argparse.Namespace) -> AgentSettings:
+    mark_rules: dict[Kind, tuple[int, float]] = dict(args.mark_rule)
+    return AgentSettings(
+        roots=roots_from_args(args),
+        source=source_from_args(args),
+        safety=safety_from_args(args),
+        phases=PhasePolicy(consecutive_scans=args.consecutive_scans, grace_seconds=args.grace,
+                           per_kind=mark_rules),
+        interval=args.interval,
+        dry_run=args.dry_run,
+        metrics_address=args.metrics_address,
+        max_cycles=args.max_cycles,
+    )
+
+
+def history_from_args(args: argparse.Namespace) -> HistorySettings:
+    return HistorySettings(state_dir=args.state_dir, item=args.item, kind=args.kind, owner=args.owner,
+                           since_seconds=args.since, limit=args.limit, output=args.output)
+
+
+def explain_from_args(args: argparse.Namespace) -> ExplainSettings:
+    return ExplainSettings(item=args.item, state_dir=args.state_dir)
+
+
+# -- settings -> parts ------------------------------------------------------------------------------
+
+
+def make_source(source: SourceSettings) -> DesiredSource:
+    """One list per fetch (scan, clean); the agent watches instead (make_reflector)."""
+    node = source.node or os.environ.get("NODE_NAME")
+    if source.pods_from is not None:
+        from nodegc.desired.snapshot import SnapshotSource
+
+        return SnapshotSource(source.pods_from, node)
+    from nodegc.desired.kube import KubeSource
+
+    return KubeSource(source.node_name(), kubeconfig=source.kubeconfig)
+
+
+def make_api_client(source: SourceSettings) -> lightkube.Client:
+    """The process's one API client (watch, live GETs, Events); SourceError when it cannot be set up."""
+    from nodegc.desired.kube import build_client
+
+    return build_client(source.kubeconfig, timeout=defaults.REQUEST_TIMEOUT_SECONDS)
+
+
+def make_reflector(
+    source: SourceSettings, *, on_delete: Callable[[Pod], None], client: lightkube.Client | None = None
+) -> PodReflector:
+    """A started watch on the node's pods; the caller stops it (`.stop()`), and closes `client`."""
+    from nodegc.desired.reflector import PodReflector
+
+    return PodReflector(source.node_name(), kubeconfig=source.kubeconfig, client=client,
+                        on_delete=on_delete).start()
+
+
+def make_event_recorder(
+    source: SourceSettings, *, node: str, client: lightkube.Client | None = None
+) -> EventRecorder:
+    """An EventRecorder on the API the source reads (not started); raises KubeError without a client."""
+    from nodegc.api.client import make_client
+    from nodegc.kube.events import EventRecorder
+
+    if client is None:
+        client = make_client(source.kubeconfig)
+    return EventRecorder(client, component="nodegc", instance=node, host=node)
+
+
+def make_engine_settings(safety: SafetySettings, phases: PhasePolicy) -> EngineSettings:
+    return EngineSettings(
+        phases=phases,
+        correlation=CorrelationPolicy(min_age_seconds=safety.min_age_seconds),
+        blast_radius=BlastRadius(max_share=safety.max_share, allow_empty_desired=safety.allow_empty_desired),
+        scan=ScanOptions(command_timeout=safety.command_timeout, min_age_seconds=safety.min_age_seconds),
+        max_desired_age_seconds=safety.max_desired_age_seconds,
+        reclaims_per_minute=safety.reclaims_per_minute,
+    )
+
+
+ONE_SHOT_PHASES = PhasePolicy(consecutive_scans=1, grace_seconds=0)
+"""`clean` has no earlier scans to count: K=1 and no grace; the minimum age still protects."""
+
+
+def make_executor(roots: Roots, *, dry_run: bool, timeout: float) -> Executor:
+    return DryRunExecutor() if dry_run else HostExecutor(roots, timeout=timeout)
+
+
+@contextmanager
+def open_ledger(path: Path | str, *, lock: bool = True) -> Iterator[Ledger]:
+    ledger = Ledger(path, lock=lock)
+    try:
+        yield ledger
+    finally:
+        ledger.close()
