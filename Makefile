@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 APT_PACKAGES := python3-venv containernetworking-plugins iptables iproute2 util-linux \
-  containerd runc busybox-static gcc libc6-dev
+  containerd runc busybox-static gcc libc6-dev prometheus
 # Everything that touches the kernel runs in private mount and network namespaces: nothing leaks.
 ISOLATE := unshare --mount --net --propagation private -- bash -c 'ip link set lo up && exec "$$0" "$$@"'
 PYTEST_ARGS ?= -q

@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from nodegc.desired.snapshot import SnapshotSource
-from nodegc.inventory.netlinking import RtnlSocket
+from nodegc.hostio.netlink import RtnlSocket
 from nodegc.inventory.scanning import scan_node
 from nodegc.observe.logs import configure_logging
 from nodegc.planning.correlate import CorrelationPolicy, correlate

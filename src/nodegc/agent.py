@@ -21,18 +21,21 @@ from nodegc.desired.source import DesiredSource, SourceError
 from nodegc.engine.cycle import CycleReport, Engine
 from nodegc.exitcodes import EXIT_BLOCKED, EXIT_CLEAN, EXIT_SOURCE, EXIT_USAGE
 from nodegc.kube.events import EventRecorder, EventType, ObjectRef
+from nodegc.kube.nodes import NodeConditionWriter
 from nodegc.ledger.store import LedgerError, LedgerLocked
 from nodegc.model.findings import Finding
 from nodegc.model.pods import OwnerState, Pod
 from nodegc.observe.health import HealthServer, HealthServerError, Heartbeat
 from nodegc.observe.logs import get_logger
 from nodegc.observe.metrics import Metrics
+from nodegc.planning.conditions import node_conditions
 from nodegc.wiring import (
     AgentSettings,
     make_api_client,
     make_engine_settings,
     make_event_recorder,
     make_executor,
+    make_node_conditions,
     make_reflector,
     make_source,
     open_ledger,
@@ -149,6 +152,7 @@ def cmd_agent(settings: AgentSettings) -> int:
     executor = make_executor(roots, dry_run=settings.dry_run, timeout=settings.safety.command_timeout)
     metrics = Metrics()
     heartbeat = Heartbeat(settings.interval)
+    metrics.readiness(heartbeat.ready)
     node = settings.source.node_name()
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -159,7 +163,7 @@ def cmd_agent(settings: AgentSettings) -> int:
             server = _serve(settings.metrics_address, metrics, heartbeat)
             if server is not None:
                 cleanup.callback(server.shutdown)
-            source, events = _desired(settings, node, wakeups, cleanup)
+            source, events, conditions = _desired(settings, node, wakeups, cleanup)
             ledger = cleanup.enter_context(open_ledger(settings.safety.ledger_path))
         except (HealthServerError, ValueError) as e:
             print(f"nodegc: cannot serve metrics and health on {settings.metrics_address}: {e}", file=sys.stderr)
@@ -174,9 +178,19 @@ def cmd_agent(settings: AgentSettings) -> int:
                         metrics=metrics)
         log.info("agent started", node=node, interval=settings.interval, dry_run=settings.dry_run,
                  ledger=ledger.path, k=phases.consecutive_scans, grace=phases.grace_seconds, source=source.name)
-        on_report = (lambda report: record_events(events, node, report)) if events is not None else None
+        stats = getattr(source, "stats", None)
+        if callable(stats):
+            metrics.watch_counters(stats)  # the pod watch's lists, relists, watch restarts and events
+
+        def on_report(report: CycleReport) -> None:
+            if events is not None:
+                record_events(events, node, report)
+            if conditions is not None:
+                conditions.update(node_conditions(report.blocked, report.ranges))
+
         run_loop(engine, interval=settings.interval, stop=stop, wakeups=wakeups, heartbeat=heartbeat,
-                 on_report=on_report, max_cycles=settings.max_cycles)
+                 on_report=on_report if events is not None or conditions is not None else None,
+                 max_cycles=settings.max_cycles)
     log.info("agent stopped")
     return EXIT_CLEAN
 
@@ -191,10 +205,11 @@ def _serve(address: str, metrics: Metrics, heartbeat: Heartbeat) -> HealthServer
 
 def _desired(
     settings: AgentSettings, node: str, wakeups: Wakeups, cleanup: ExitStack
-) -> tuple[DesiredSource, EventRecorder | None]:
-    """A snapshot file, or a watch on the node's pods plus an Event recorder on the same API."""
+) -> tuple[DesiredSource, EventRecorder | None, NodeConditionWriter | None]:
+    """A snapshot file, or a watch on the node's pods plus an Event recorder and the node's conditions
+    (ResidueReclaimBlocked, PodIPRangePressure) on the same API; neither in dry run."""
     if settings.source.pods_from is not None:
-        return make_source(settings.source), None
+        return make_source(settings.source), None, None
     hook = deletion_hook(wakeups, consecutive_scans=settings.phases.consecutive_scans,
                          grace=settings.phases.grace_seconds)
     client = make_api_client(settings.source)  # one client: the watch, the live GETs, the Events
@@ -202,8 +217,9 @@ def _desired(
     reflector = make_reflector(settings.source, on_delete=hook, client=client)
     cleanup.callback(reflector.stop)
     if settings.dry_run:
-        return reflector, None
+        return reflector, None, None
     events = make_event_recorder(settings.source, node=node, client=client)
     events.start()
     cleanup.callback(events.stop)
-    return reflector, events
+    return reflector, events, make_node_conditions(node=node, client=client)
+

@@ -38,6 +38,7 @@ log = get_logger("nodegc.commands")
 def cmd_scan(settings: ScanSettings) -> int:
     from nodegc.engine.detecting import detect
     from nodegc.inventory.scanning import scan_node
+    from nodegc.planning.ipranges import range_usage
     from nodegc.render import Report, render_json, render_table, render_yaml
 
     source = make_source(settings.source)
@@ -50,7 +51,8 @@ def cmd_scan(settings: ScanSettings) -> int:
     inventory, findings = detect(scan_node(settings.roots, settings.options), desired, now=datetime.now(UTC),
                                  policy=CorrelationPolicy(min_age_seconds=settings.options.min_age_seconds))
     report = Report(node=desired.node, source=desired.source, taken_at=inventory.taken_at,
-                    findings=findings, problems=inventory.problems)
+                    findings=findings, problems=inventory.problems, ranges=range_usage(inventory, findings),
+                    range_problems=inventory.ip_range_problems)
     for p in inventory.problems:
         log.warning("read problem", kind=p.kind.value, path=p.path, reason=p.reason)
     log.info("scan done", node=desired.node, findings=len(findings), residue=len(report.residue),

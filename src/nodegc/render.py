@@ -12,6 +12,7 @@ from typing import Any, TypedDict
 import yaml
 
 from nodegc.model.findings import Finding, FindingClass
+from nodegc.model.ipranges import RangeUsage
 from nodegc.model.resources import ReadProblem
 
 
@@ -46,6 +47,8 @@ class Report:
     taken_at: datetime
     findings: Sequence[Finding]
     problems: Sequence[ReadProblem]
+    ranges: Sequence[RangeUsage] = ()
+    range_problems: Sequence[str] = ()
 
     @property
     def residue(self) -> list[Finding]:
@@ -85,7 +88,31 @@ def report_doc(report: Report) -> dict[str, Any]:
         "summary": summary(report),
         "findings": [finding_doc(f) for f in report.findings],
         "problems": [{"kind": p.kind.value, "path": p.path, "reason": p.reason} for p in report.problems],
+        "ipRanges": [range_doc(u) for u in report.ranges],
+        "ipRangeProblems": list(report.range_problems),
     }
+
+
+def range_doc(u: RangeUsage) -> dict[str, Any]:
+    return {"network": u.network, "range": u.range, "capacity": u.capacity, "reserved": u.reserved,
+            "live": u.live, "leaked": u.leaked, "held": u.held - u.live,
+            "free": None if u.capacity is None else max(u.capacity - u.reserved, 0)}
+
+
+def render_ranges(ranges: Sequence[RangeUsage]) -> list[str]:
+    """One line per host-local range set: capacity, reserved (live, leaked, other), free."""
+    if not ranges:
+        return []
+    header = ("NETWORK", "RANGE", "CAPACITY", "RESERVED", "LIVE", "LEAKED", "OTHER", "FREE", "USED")
+    rows = [header]
+    for u in ranges:
+        cap = "?" if u.capacity is None else str(u.capacity)
+        free = "?" if u.capacity is None else str(max(u.capacity - u.reserved, 0))
+        used = "?" if not u.capacity else f"{u.reserved / u.capacity:.1%}"
+        rows.append((u.network, u.range, cap, str(u.reserved), str(u.live), str(u.leaked),
+                     str(u.held - u.live), free, used))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    return ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows]
 
 
 def summary(report: Report) -> dict[str, Any]:
@@ -141,6 +168,11 @@ def render_table(report: Report, *, show_all: bool = False) -> str:
     )
     for p in report.problems:
         lines.append(f"problem: {p.kind.value} {p.path}: {p.reason}")
+    if report.ranges:
+        lines.append("")
+        lines += render_ranges(report.ranges)
+    for text in report.range_problems:
+        lines.append(f"range problem: {text}")
     return "\n".join(lines) + "\n"
 
 

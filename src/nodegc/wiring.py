@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 
     from nodegc.desired.reflector import PodReflector
     from nodegc.kube.events import EventRecorder
+    from nodegc.kube.nodes import NodeConditionWriter
 
 # -- settings ---------------------------------------------------------------------------------------
 
@@ -244,6 +245,13 @@ def make_event_recorder(
     if client is None:
         client = make_client(source.kubeconfig)
     return EventRecorder(client, component="nodegc", instance=node, host=node)
+
+
+def make_node_conditions(*, node: str, client: lightkube.Client) -> NodeConditionWriter:
+    """nodegc's NodeConditions on its Node, through the process's API client."""
+    from nodegc.kube.nodes import NodeConditionWriter
+
+    return NodeConditionWriter(client, node)
 
 
 def make_engine_settings(safety: SafetySettings, phases: PhasePolicy) -> EngineSettings:

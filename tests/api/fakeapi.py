@@ -21,6 +21,7 @@ import base64
 import binascii
 import contextlib
 import copy
+import dataclasses
 import json
 import re
 import socket
@@ -138,6 +139,8 @@ class ResourceType:
     """Field selector keys besides metadata.name and metadata.namespace."""
     merge_keys: Mapping[str, str] = field(default_factory=dict)
     """Strategic merge: dotted list path -> merge key; other lists are replaced whole."""
+    namespaced: bool = True
+    """False for cluster-scoped kinds (nodes): stored under the namespace key "default", served without."""
 
     @property
     def api_version(self) -> str:
@@ -198,9 +201,15 @@ ENDPOINTSLICES = ResourceType(
     "discovery.k8s.io", "v1", "endpointslices", "EndpointSlice", fields=("addressType",)
 )
 LEASES = ResourceType("coordination.k8s.io", "v1", "leases", "Lease")
+NODES = ResourceType(
+    "", "v1", "nodes", "Node", fields=("spec.unschedulable",),
+    merge_keys={"status.conditions": "type", "status.addresses": "type"}, namespaced=False,
+)
+CLUSTER_KEY = "default"
+"""The namespace key cluster-scoped objects are stored under (never shown in their metadata)."""
 
 RESOURCES: dict[str, ResourceType] = {
-    rt.plural: rt for rt in (PODS, SERVICES, EVENTS, ENDPOINTSLICES, LEASES)
+    rt.plural: rt for rt in (PODS, SERVICES, EVENTS, ENDPOINTSLICES, LEASES, NODES)
 }
 
 
@@ -374,8 +383,10 @@ class Store:
             return self._commit(rt, stored, old)
 
     def patch(
-        self, resource: str | ResourceType, namespace: str, name: str, patch: Any, *, content_type: str
+        self, resource: str | ResourceType, namespace: str, name: str, patch: Any, *, content_type: str,
+        status_only: bool = False,
     ) -> JSON:
+        """`status_only`: the status subresource; only `status` of the patched object is kept."""
         rt = _resource(resource)
         with self._cond:
             old = self._current(rt, namespace, name)
@@ -398,8 +409,14 @@ class Store:
                 raise _conflict(rt, name)
             if not isinstance(new, dict):
                 raise ApiFailure(422, "the patched object is not an object")
+            if status_only:
+                new = {**copy.deepcopy(old), "status": new.get("status", {})}
             meta = new.setdefault("metadata", {})
-            meta["name"], meta["namespace"] = name, namespace
+            meta["name"] = name
+            if rt.namespaced:
+                meta["namespace"] = namespace
+            else:
+                meta.pop("namespace", None)
             meta["uid"] = old["metadata"].get("uid")
             meta["creationTimestamp"] = old["metadata"].get("creationTimestamp")
             new.setdefault("apiVersion", rt.api_version)
@@ -439,7 +456,10 @@ class Store:
             meta["name"] = f"{meta['generateName']}{uuid.uuid4().hex[:5]}"
         if not meta.get("name"):
             raise ApiFailure(422, f"a {rt.kind} needs metadata.name or generateName", reason="Invalid")
-        meta.setdefault("namespace", "default")
+        if rt.namespaced:
+            meta.setdefault("namespace", "default")
+        else:
+            meta.pop("namespace", None)
         if assign:
             meta.setdefault("uid", str(uuid.uuid4()))
             meta.setdefault("creationTimestamp", _now_rfc3339())
@@ -891,6 +911,35 @@ class ResourceAPI:
         return cast(JSON, copy.deepcopy(req.body))
 
 
+class ClusterResourceAPI(ResourceAPI):
+    """list / watch / get / patch (and the status subresource) for a cluster-scoped type (nodes)."""
+
+    def register(self, router: Router) -> None:
+        base = f"{self.rt.prefix}/{self.rt.plural}"
+        router.add("GET", base, self.list_or_watch)
+        router.add("GET", f"{base}/{{name}}", self.get)
+        router.add("PATCH", f"{base}/{{name}}", self.patch)
+        router.add("GET", f"{base}/{{name}}/status", self.get)
+        router.add("PATCH", f"{base}/{{name}}/status", self.patch_status)
+
+    def get(self, req: Request) -> Reply:
+        return super().get(_in_cluster_key(req))
+
+    def patch(self, req: Request) -> Reply:
+        return super().patch(_in_cluster_key(req))
+
+    def patch_status(self, req: Request) -> Reply:
+        content_type = req.headers.get("content-type", "").split(";")[0].strip()
+        if req.body is None:
+            raise ApiFailure(400, "a patch needs a body")
+        return Reply(200, self.store.patch(self.rt, CLUSTER_KEY, req.params["name"], req.body,
+                                           content_type=content_type, status_only=True))
+
+
+def _in_cluster_key(req: Request) -> Request:
+    return dataclasses.replace(req, params={**req.params, "namespace": CLUSTER_KEY})
+
+
 # --------------------------------------------------------------------------------------------- server
 
 
@@ -1011,7 +1060,7 @@ class FakeKubeAPI:
         self.store = Store(history_limit=history_limit)
         self.router = Router()
         for rt in RESOURCES.values():
-            ResourceAPI(self, rt).register(self.router)
+            (ResourceAPI if rt.namespaced else ClusterResourceAPI)(self, rt).register(self.router)
         self.requests: list[RecordedRequest] = []
         self.bytes_sent = 0
         self._lock = threading.Lock()

@@ -24,9 +24,10 @@ def test_the_agent_builds_one_client_for_watch_gets_and_events(tmp_path: Path) -
             roots=Roots(), safety=SafetySettings(),
             source=SourceSettings(node="node-a", kubeconfig=api.write_kubeconfig(tmp_path / "kubeconfig")))
         with ExitStack() as cleanup:
-            source, events = _desired(settings, "node-a", Wakeups(), cleanup)
+            source, events, conditions = _desired(settings, "node-a", Wakeups(), cleanup)
             assert isinstance(source, PodReflector) and isinstance(events, EventRecorder)
             assert source._client is events._client
+            assert conditions is not None and conditions.client is events._client
             assert source.wait_synced(5)
 
 

@@ -38,6 +38,8 @@ RELABEL_ACTIONS = {"replace", "keep", "drop", "labelmap", "labeldrop", "labelkee
 AGENT_RULES = [
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
+    {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
+    {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]},
 ]
 CONTROLLER_RULES = [
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]},

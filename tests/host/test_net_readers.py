@@ -6,6 +6,7 @@ namespace (see notes: the host tests run under `unshare --mount --net --propagat
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import socket
@@ -19,10 +20,10 @@ from pathlib import Path
 import pytest
 from pyroute2 import NetNS
 
-from nodegc.inventory import netlinking as nl
+from nodegc.hostio import netlink as nl
+from nodegc.hostio.mountinfo import read_mounts
 from nodegc.inventory.iptables import scan_iptables
 from nodegc.inventory.links import scan_veths
-from nodegc.inventory.mounting import read_mounts
 from nodegc.inventory.netns import NetnsReadError, read_netns_addresses, scan_netns
 from nodegc.model.resources import Kind, NetnsEntry
 
@@ -383,3 +384,47 @@ def test_scan_iptables_missing_binary_is_a_problem(node: Node) -> None:
     assert len(problems) == 1 and "nodegc-no-such-save" in problems[0].path
     _, _, problems = scan_iptables(net_ns=None, commands=("/nonexistent/iptables-save",), timeout=30)
     assert len(problems) == 1 and problems[0].reason.startswith("not found")
+
+
+def _status(seq: int, code: int) -> bytes:
+    return _nlmsg(nl.NLMSG_ERROR, seq, struct.pack("=i", code) + bytes(16))
+
+
+def test_netlink_link_deletes_are_acknowledged_one_by_one(fake: tuple[nl.RtnlSocket, socket.socket]) -> None:
+    rtnl, kernel = fake
+    kernel.send(_status(2, -errno.ENODEV) + _status(1, 0))
+    kernel.send(_status(99, 0) + _status(3, -errno.EPERM))  # a stale reply first
+    answers = rtnl.delete_links([5, 6, 7])
+    assert answers[0] is None
+    assert isinstance(answers[1], nl.NetlinkError) and answers[1].code == errno.ENODEV
+    assert isinstance(answers[2], nl.NetlinkError) and answers[2].code == errno.EPERM
+    requests = kernel.recv(4096)
+    assert len(requests) == 3 * 32  # one send for the batch
+    assert struct.unpack_from("=IHH", requests, 0) == (32, nl.RTM_DELLINK, nl.NLM_F_REQUEST | nl.NLM_F_ACK)
+    assert struct.unpack_from("=i", requests, 32 + 16 + 4)[0] == 6
+
+
+def test_netlink_get_link_by_index(fake: tuple[nl.RtnlSocket, socket.socket]) -> None:
+    rtnl, kernel = fake
+    kernel.send(_link(1, 4, b"veth0", b"veth"))
+    found = rtnl.get_link(4)
+    assert found is not None and (found.index, found.name, found.kind) == (4, "veth0", "veth")
+    kernel.send(_status(2, -errno.ENODEV))
+    assert rtnl.get_link(9) is None
+    kernel.send(_status(3, -errno.EPERM))
+    with pytest.raises(nl.NetlinkError, match="EPERM"):
+        rtnl.get_link(9)
+
+
+def test_netlink_deletes_real_links(node: Node) -> None:
+    _in_node(node.node_ns, "ip", "link", "add", "nodegc-d0", "type", "bridge")
+    _in_node(node.node_ns, "ip", "link", "add", "nodegc-d1", "type", "bridge")
+    with nl.RtnlSocket.open(node.node_ns) as rtnl:
+        links, _ = rtnl.dump_links()
+        index = {link.name: link.index for link in links}
+        found = rtnl.get_link(index["nodegc-d0"])
+        assert found is not None and found.kind == "bridge"
+        answers = rtnl.delete_links([index["nodegc-d0"], index["nodegc-d1"], index["nodegc-d1"]])
+        assert answers[:2] == [None, None]
+        assert isinstance(answers[2], nl.NetlinkError) and answers[2].code == errno.ENODEV
+        assert rtnl.get_link(index["nodegc-d0"]) is None

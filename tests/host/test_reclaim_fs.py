@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from nodegc.inventory.mounting import MountIndex, read_mounts
+from nodegc.hostio.mountinfo import MountIndex, read_mounts
 from nodegc.inventory.scanning import scan_node
 from nodegc.model.resources import PodDir, VolumeDir
 from nodegc.reclaim.filesystem import UNMOUNT_CHILD_CODE, remove_pod_dir, unmount_volume

@@ -18,6 +18,7 @@ from nodegc.inventory.scanning import scan_node
 from nodegc.model.resources import Inventory
 from nodegc.reclaim.network import cni_del, delete_veth, release_ip, remove_netns, remove_rules
 from nodegc.reclaim.outcomes import Outcome
+from nodegc.reclaim.veth import delete_veths
 from nodegc.sandbox.node import NETWORK_NAME, SandboxNode, SandboxPod
 
 OTHER_CID = "f" * 64
@@ -288,3 +289,19 @@ def test_failed_batch_is_isolated_per_chain(
     assert all(out[c.name].ok and not out[c.name].already_gone for c in chains if c.name != bad)
     left = {c.name for c in scan(node).chains}
     assert bad in left and not left & {c.name for c in chains if c.name != bad}
+
+
+def test_veths_deleted_together_each_one_checked(sandbox_node: SandboxNode) -> None:
+    node = sandbox_node
+    pods = [node.add_pod(f"gone-{i}") for i in range(3)]
+    for p in pods:
+        node.delete_without_cni_del(p)
+    veths = [v for p in pods for v in records(scan(node), p)["veth"]]
+    forged = dataclasses.replace(veths[1], mac="02:00:00:00:00:01")
+    out = delete_veths([veths[0], forged, veths[2]], net_ns=node.roots.net_ns)
+    assert out[0].ok and not out[0].already_gone and out[2].ok and not out[2].already_gone, out
+    assert out[1].identity_changed, out
+    assert node.link_exists(veths[1].name)
+    assert not node.link_exists(veths[0].name) and not node.link_exists(veths[2].name)
+    again = delete_veths(veths, net_ns=node.roots.net_ns)
+    assert again[0].already_gone and again[1].ok and not again[1].already_gone and again[2].already_gone

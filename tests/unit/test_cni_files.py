@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
+from nodegc.hostio.cni_files import parse_reservation
 from nodegc.inventory.cni_cache import parse_cache_entry, scan_cni_cache
-from nodegc.inventory.cni_ipam import parse_reservation, scan_ip_reservations
+from nodegc.inventory.cni_ipam import scan_ip_reservations
 from nodegc.model.resources import Kind
 
 CID = "3f1e2d" * 10 + "abcd"

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nodegc.inventory.iptables import (
+from nodegc.hostio.iptables import (
     PER_CONTAINER_CHAIN,
     parse_iptables_save,
     read_iptables_save,

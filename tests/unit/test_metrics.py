@@ -69,3 +69,50 @@ def test_serve_exposes_the_registry_and_shuts_down() -> None:
     finally:
         server.shutdown()
     assert not server.thread.is_alive()
+
+
+def test_hygiene_metrics_build_info_last_success_readiness_and_protected_apart_from_blocks() -> None:
+    from nodegc import __version__
+
+    m = Metrics()
+    m.protected({"ip_reservation": 2})
+    m.cycle_succeeded(1_700_000_000.0)
+    ready = [True]
+    m.readiness(lambda: (ready[0], "ok"))
+    s = _samples(m)
+    assert s[("nodegc_protected_resources", (("kind", "ip_reservation"),))] == 2
+    assert s[("nodegc_protected_resources", (("kind", "netns"),))] == 0
+    assert not [k for k in s if k[0] == "nodegc_actions_blocked_total" and ("reason", "protection") in k[1]]
+    assert s[("nodegc_actions_blocked_total", (("reason", "blast_radius"),))] == 0  # exported from the start
+    assert [k for k in s if k[0] == "nodegc_build_info" and ("version", __version__) in k[1]]
+    assert s[("nodegc_last_successful_cycle_timestamp_seconds", ())] == 1_700_000_000.0
+    assert s[("nodegc_ready", ())] == 1
+    ready[0] = False
+    assert _samples(m)[("nodegc_ready", ())] == 0
+    m.protected({})
+    assert _samples(m)[("nodegc_protected_resources", (("kind", "ip_reservation"),))] == 0
+
+
+def test_range_series_follow_the_ranges_and_watch_counters_are_counters() -> None:
+    import math
+
+    from nodegc.model.ipranges import RangeForecast, RangeStatus, RangeUsage
+
+    m = Metrics()
+    usage = RangeUsage("net", "10.0.0.0/24", 253, 10, 7, 3)
+    m.ranges([RangeStatus(usage, RangeForecast(leak_rate=0.001, new_leak_rate=0.002, allocation_rate=0.01))])
+    key = (("network", "net"), ("range", "10.0.0.0/24"))
+    s = _samples(m)
+    assert (s[("nodegc_ip_range_capacity", key)], s[("nodegc_ip_range_reserved", key)],
+            s[("nodegc_ip_range_live", key)], s[("nodegc_ip_range_leaked", key)]) == (253, 10, 7, 3)
+    assert s[("nodegc_ip_range_leak_rate", key)] == 0.001
+    assert math.isinf(s[("nodegc_ip_range_exhaustion_seconds", key)])
+    m.ranges([])
+    assert not [k for k in _samples(m) if k[0].startswith("nodegc_ip_range_")]
+    m.watch_counters(lambda: {"lists": 3, "watches": 2, "relists_gone": 1, "resyncs": 4, "events_added": 5})
+    s = _samples(m)
+    assert s[("nodegc_reflector_lists_total", ())] == 3 and s[("nodegc_reflector_watches_total", ())] == 2
+    assert s[("nodegc_reflector_relists_total", (("reason", "gone"),))] == 1
+    assert s[("nodegc_reflector_relists_total", (("reason", "resync"),))] == 4
+    assert s[("nodegc_reflector_events_total", (("type", "added"),))] == 5
+    assert s[("nodegc_reflector_events_total", (("type", "bookmark"),))] == 0

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from nodegc.inventory.mounting import (
+from nodegc.hostio.mountinfo import (
     MountIndex,
     decode_mountinfo_field,
     mounts_below,

@@ -267,3 +267,17 @@ def test_unmount_csi_volume_is_looked_up_at_its_mount_leaf(tmp_path: Path) -> No
 def test_unmount_unreadable_mount_table_fails(tmp_path: Path) -> None:
     out = unmount_volume(_volume(tmp_path / "vol", 50), proc_root=tmp_path / "no-proc")
     assert not out.ok and not out.already_gone, out
+
+
+def test_unmount_child_is_a_module_of_the_package() -> None:
+    import errno
+    import subprocess
+
+    from nodegc.reclaim import unmount_child, unmounting
+
+    assert unmounting.UNMOUNT_CHILD[-1] == unmount_child.__file__
+    proc = subprocess.run([*unmounting.UNMOUNT_CHILD, "/nonexistent/nodegc", "1", "0", "/proc"],
+                          capture_output=True, timeout=30, check=False)
+    assert proc.returncode == 0 and proc.stdout.split() == [b"errno", str(errno.ENOENT).encode()]
+    usage = subprocess.run([*unmounting.UNMOUNT_CHILD], capture_output=True, timeout=30, check=False)
+    assert usage.returncode == 2 and b"usage" in usage.stderr

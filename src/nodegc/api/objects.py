@@ -9,11 +9,11 @@ from a list we misread could drop a live one.
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from nodegc.model.addresses import normalized_ip
 from nodegc.model.endpoints import MANAGED_BY_LABEL, SERVICE_NAME_LABEL, Endpoint, Slice, TargetRef
 from nodegc.model.pods import Pod
 
@@ -104,7 +104,7 @@ def _pod_ips(status: Mapping[str, Any], label: str) -> tuple[str, ...]:
     seen: dict[str, None] = {}
     for ip in raw:
         try:
-            seen[str(ipaddress.ip_address(ip.strip()))] = None
+            seen[normalized_ip(ip.strip())] = None
         except ValueError as e:
             raise ValueError(f"pod {label}: {ip!r} is not an IP address") from e
     return tuple(seen)

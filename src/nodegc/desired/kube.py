@@ -9,7 +9,7 @@ make the missing pods' resources look like residue.
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -20,13 +20,10 @@ from nodegc.api.client import make_client
 from nodegc.api.errors import KubeError, call, get_or_none
 from nodegc.api.objects import pod_from_object
 from nodegc.desired.source import SourceError
+from nodegc.hostio.clock import utcnow
 from nodegc.model.pods import DesiredState, Pod
 
 CHUNK_SIZE = 500
-
-
-def _utcnow() -> datetime:
-    return datetime.now(UTC)
 
 
 class KubeSource:
@@ -39,7 +36,7 @@ class KubeSource:
         kubeconfig: Path | None = None,
         client: lightkube.Client | None = None,
         timeout: float = 10.0,
-        clock: Callable[[], datetime] = _utcnow,
+        clock: Callable[[], datetime] = utcnow,
     ) -> None:
         if not node:
             raise ValueError("node must be a non-empty node name")

@@ -26,7 +26,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -39,16 +39,15 @@ from nodegc.api.objects import pod_from_object
 from nodegc.api.streaming import WatchRequests
 from nodegc.desired.kube import build_client, get_pod_live, list_node_pods
 from nodegc.desired.source import SourceError
+from nodegc.hostio.clock import utcnow
 from nodegc.model.pods import DesiredState, Pod
 from nodegc.observe.logs import get_logger
 
 log = get_logger("nodegc.reflector")
 
 COUNTERS = ("lists", "watches", "resyncs", "stale_lists", "relists_gone", "relists_stalled", "relists_error")
-
-
-def _utcnow() -> datetime:
-    return datetime.now(UTC)
+_EVENT_TYPES = ("ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR")
+"""Watch events are counted by type under `events_<type>` (for metrics)."""
 
 
 class _Relist(Exception):
@@ -92,7 +91,7 @@ class PodReflector:
         retry_seconds: float = 1.0,
         max_retry_seconds: float = 30.0,
         max_stale_lists: int = 3,
-        clock: Callable[[], datetime] = _utcnow,
+        clock: Callable[[], datetime] = utcnow,
         on_delete: Callable[[Pod], None] | None = None,
     ) -> None:
         if not node:
@@ -348,6 +347,8 @@ class PodReflector:
         kind = event.get("type") if isinstance(event, Mapping) else None
         if not isinstance(obj, Mapping):
             raise _Relist("error", f"a {kind} watch event without an object")
+        if kind in _EVENT_TYPES:
+            self._count(f"events_{kind.lower()}")
         if kind == "ERROR":
             code, reason = obj.get("code"), obj.get("reason")
             if code == 410:

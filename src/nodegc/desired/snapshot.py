@@ -12,19 +12,16 @@ import yaml
 
 from nodegc.api.objects import pod_from_object
 from nodegc.desired.source import SourceError
+from nodegc.hostio.clock import utcnow
 from nodegc.model.pods import DesiredState, Pod
 
 _LIST_KINDS = frozenset({"List", "PodList"})
 
 
-def _utcnow() -> datetime:
-    return datetime.now(UTC)
-
-
 class SnapshotSource:
     """A snapshot is all or nothing: one unreadable pod fails the whole fetch, as for the API."""
 
-    def __init__(self, path: Path, node: str | None, *, clock: Callable[[], datetime] = _utcnow) -> None:
+    def __init__(self, path: Path, node: str | None, *, clock: Callable[[], datetime] = utcnow) -> None:
         self.path = path
         self.node = node
         self.name = f"snapshot:{path}"

@@ -21,12 +21,14 @@ from nodegc.faults import fault_point
 from nodegc.inventory.scanning import scan_node
 from nodegc.ledger.store import Ledger
 from nodegc.model.findings import Finding, FindingClass
+from nodegc.model.ipranges import RangeStatus
 from nodegc.model.items import Item, Phase
 from nodegc.model.pods import DesiredState, OwnerState, Pod
 from nodegc.model.resources import Inventory, Kind
 from nodegc.observe.logs import get_logger
 from nodegc.planning.correlate import CorrelationPolicy
 from nodegc.planning.guards import BlastRadius, blast_radius_refusal
+from nodegc.planning.ipranges import NOT_URGENT, RangeTracker, range_usage, reclaim_urgency
 from nodegc.planning.phases import (
     PhasePolicy,
     Resource,
@@ -54,6 +56,9 @@ class MetricsSink(Protocol):
     def items(self, counts: dict[tuple[str, str], int]) -> None: ...
     def ledger_error(self) -> None: ...
     def desired_age(self, seconds: float) -> None: ...
+    def protected(self, counts: dict[str, int]) -> None: ...
+    def ranges(self, statuses: Sequence[RangeStatus]) -> None: ...
+    def cycle_succeeded(self, at: float) -> None: ...
 
 
 class NullMetrics:
@@ -73,6 +78,15 @@ class NullMetrics:
         pass
 
     def desired_age(self, seconds: float) -> None:
+        pass
+
+    def protected(self, counts: dict[str, int]) -> None:
+        pass
+
+    def ranges(self, statuses: Sequence[RangeStatus]) -> None:
+        pass
+
+    def cycle_succeeded(self, at: float) -> None:
         pass
 
 
@@ -97,6 +111,8 @@ class CycleReport:
     sent_back: list[tuple[Item, str]] = field(default_factory=list)
     closed: list[Item] = field(default_factory=list)
     problems: int = 0
+    ranges: tuple[RangeStatus, ...] = ()
+    """host-local range sets at this cycle's scan, with their forecast."""
 
 
 class Engine:
@@ -122,6 +138,7 @@ class Engine:
         self.scanner = scanner
         self.node: str | None = None
         """The node the desired state is about, learned from the first fetch."""
+        self.ip_ranges = RangeTracker()
         self.bucket = TokenBucket(per_minute=self.settings.reclaims_per_minute, burst=self.settings.reclaim_burst,
                                   clock=clock)
 
@@ -135,14 +152,18 @@ class Engine:
         inventory, findings = self._scan(desired, report)
         report.findings = findings
         now = self.clock()
+        report.ranges = self.ip_ranges.observe(range_usage(inventory, findings), now)
+        self.metrics.ranges(report.ranges)
         unreadable = frozenset(p.kind for p in inventory.problems)
         items = self.ledger.items(active_only=True)
         self._persist(reconcile(items, findings, {k: identity_of(r) for k, r in resources(inventory).items()},
                                 now=now, policy=self.settings.phases, unreadable=unreadable), now)
+        protected: dict[str, int] = {}
         for f in findings:
             if f.cls is FindingClass.PROTECTED:
-                # Would be residue, but young or possibly a starting pod's: counted once per cycle.
-                self.metrics.blocked("protection")
+                # Would be residue, but young or possibly a starting pod's: kept, and not a refusal.
+                protected[f.kind.value] = protected.get(f.kind.value, 0) + 1
+        self.metrics.protected(protected)
         refusal = blast_radius_refusal(findings, desired, self.settings.blast_radius)
         if refusal:
             self._block(report, "blast_radius", refusal)
@@ -155,6 +176,8 @@ class Engine:
                 self._clean(verified, report)
                 self._confirm(verified, report)
         self._report_items()
+        if not any(b.split(":", 1)[0] in _REFUSALS for b in report.blocked):
+            self.metrics.cycle_succeeded(self.clock())
         return report
 
     # -- detect ----------------------------------------------------------------------------------
@@ -211,7 +234,10 @@ class Engine:
         groups: dict[str, list[Item]] = {}
         for item in sorted(candidates, key=lambda i: (_KIND_ORDER[i.kind], i.key)):
             groups.setdefault(_group(item), []).append(item)
-        for members in groups.values():
+        # When the rate limit holds work back, the ranges closest to exhaustion get their addresses first.
+        urgency = reclaim_urgency(report.ranges)
+        ordered = sorted(groups.values(), key=lambda g: min(urgency.get(i.resource_id, NOT_URGENT) for i in g))
+        for members in ordered:
             passed: list[tuple[Item, Resource]] = []
             for item in members:
                 if item.phase is Phase.TERMINATING and item.key not in current and item.kind not in unreadable:
@@ -362,6 +388,9 @@ def _group(item: Item) -> str:
 def _by_kind(verified: list[tuple[Item, Resource]]) -> list[tuple[Item, Resource]]:
     return sorted(verified, key=lambda pair: (_KIND_ORDER[pair[0].kind], pair[0].key))
 
+
+_REFUSALS = frozenset({"source_unavailable", "stale_source", "blast_radius"})
+"""Blocks that refuse the whole cycle: such a cycle is not a successful one."""
 
 _CLOCK_TOLERANCE = 5.0
 """Seconds a desired state may seem to come from the future (clock skew between threads and files)."""

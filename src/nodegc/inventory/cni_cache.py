@@ -9,19 +9,16 @@ from __future__ import annotations
 
 import base64
 import binascii
-import functools
-import ipaddress
 import json
 import os
 from pathlib import Path
 from typing import Any
 
-from nodegc.inventory.cni_ipam import FileReadError, irregular, list_top_dir, read_small_file
-from nodegc.inventory.reasons import symlink_reason
+from nodegc.hostio.cni_files import CACHE_KIND, MAX_CACHE_BYTES
+from nodegc.hostio.files import FileReadError, irregular, list_top_dir, read_small_file, symlink_reason
+from nodegc.model.addresses import interface_ip
 from nodegc.model.resources import CNICacheEntry, Kind, ReadProblem
 
-CACHE_KIND = "cniCacheV1"
-MAX_CACHE_BYTES = 1024 * 1024
 _POD_ARGS = {
     "K8S_POD_NAMESPACE": "pod_namespace",
     "K8S_POD_NAME": "pod_name",
@@ -82,16 +79,11 @@ def _cni_args(raw: object) -> tuple[tuple[str, str], ...]:
     return tuple(pairs)
 
 
-@functools.lru_cache(maxsize=65536)
-def _interface_ip(value: str) -> str:
-    return str(ipaddress.ip_interface(value).ip)
-
-
 def _address(value: object) -> str:
     if not isinstance(value, str):
         raise ValueError(f"result address {value!r} is not a string")
     try:
-        return _interface_ip(value)
+        return interface_ip(value)
     except ValueError as e:
         raise ValueError(f"result address {value!r} is not an IP address") from e
 

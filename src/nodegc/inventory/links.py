@@ -4,7 +4,7 @@ A veth whose peer namespace is gone disappears with it; one whose peer namespace
 mounted netns file stays. The peer is resolved through the link's netnsid, which the kernel assigns per
 namespace pair; asking the kernel for the id of every mounted netns file maps the id back to a file.
 
-The link dump and the id queries go through `netlinking` (raw rtnetlink, six attributes decoded, id
+The link dump and the id queries go through `hostio.netlink` (raw rtnetlink, six attributes decoded, id
 queries batched) rather than pyroute2, whose full decoding was most of the cost of a scan.
 """
 
@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from nodegc.inventory.netlinking import NetlinkError, RawLink, RtnlSocket
+from nodegc.hostio.netlink import NetlinkError, RawLink, RtnlSocket
 from nodegc.model.resources import Kind, NetnsEntry, ReadProblem, VethLink
 
 _NSID_MAX = 2**31 - 1

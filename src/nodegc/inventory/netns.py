@@ -13,7 +13,7 @@ import stat
 from collections.abc import Sequence
 from pathlib import Path
 
-from nodegc.inventory.netlinking import NetlinkError, RtnlSocket
+from nodegc.hostio.netlink import NetlinkError, RtnlSocket
 from nodegc.model.resources import Kind, Mount, NetnsEntry, ReadProblem
 
 NSFS = "nsfs"

@@ -9,29 +9,15 @@ named from their parent's directory entries and never stat'ed or listed themselv
 from __future__ import annotations
 
 import os
-import re
 import stat
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nodegc.inventory.mounting import MountIndex
-from nodegc.inventory.reasons import os_reason, symlink_reason
+from nodegc.hostio.files import os_reason, symlink_reason
+from nodegc.hostio.kubelet import PLAUSIBLE_UID, csi_mount_point
+from nodegc.hostio.mountinfo import MountIndex
 from nodegc.model.resources import Kind, Mount, PodDir, ReadProblem, VolumeDir
-
-# Pod UIDs are UUIDs for API pods and hex hashes for static pods; allow a little more, never path syntax.
-PLAUSIBLE_UID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
-"""UUIDs and static pods' config hashes; use with fullmatch (a trailing newline is not a UID)."""
-_CSI_PLUGIN = "kubernetes.io~csi"
-_CSI_MOUNT_LEAF = "mount"
-
-
-def csi_mount_point(path: str, *, plugin: str, subpath: bool) -> str | None:
-    """Where a CSI volume is really mounted when nothing is at its directory: <name>/mount (vol_data.json
-    sits beside it). None for any other volume. The reader and the unmount must agree on this."""
-    if plugin == _CSI_PLUGIN and not subpath:
-        return os.path.join(path, _CSI_MOUNT_LEAF)
-    return None
 
 
 @dataclass

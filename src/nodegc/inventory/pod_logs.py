@@ -11,7 +11,7 @@ import re
 import stat
 from pathlib import Path
 
-from nodegc.inventory.pod_dirs import PLAUSIBLE_UID
+from nodegc.hostio.kubelet import PLAUSIBLE_UID
 from nodegc.model.resources import Kind, PodLogDir, ReadProblem
 
 _DNS_NAME = re.compile(r"[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?")

@@ -6,15 +6,17 @@ import dataclasses
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 
+from nodegc.hostio.clock import utcnow
+from nodegc.hostio.mountinfo import read_mounts
 from nodegc.inventory.cni_cache import scan_cni_cache
+from nodegc.inventory.cni_conf import scan_ranges
 from nodegc.inventory.cni_ipam import scan_ip_reservations
 from nodegc.inventory.cri.runtimes import read_runtime
 from nodegc.inventory.iptables import scan_iptables
 from nodegc.inventory.links import scan_veths
-from nodegc.inventory.mounting import read_mounts
 from nodegc.inventory.netns import NetnsReadError, read_netns_addresses, scan_netns
 from nodegc.inventory.pod_dirs import scan_pod_dirs
 from nodegc.inventory.pod_logs import scan_pod_log_dirs
@@ -27,15 +29,11 @@ log = get_logger(__name__)
 _Rules = tuple[tuple[IptablesChain, ...], tuple[HostportRule, ...], tuple[ReadProblem, ...]]
 
 
-def _utcnow() -> datetime:
-    return datetime.now(UTC)
-
-
 def scan_node(
     roots: Roots,
     options: ScanOptions | None = None,
     *,
-    now: Callable[[], datetime] = _utcnow,
+    now: Callable[[], datetime] = utcnow,
 ) -> Inventory:
     options = options or ScanOptions()
     taken_at = now()
@@ -87,6 +85,7 @@ def _read_host(roots: Roots, taken_at: datetime, rules_read: Future[_Rules]) -> 
     problems += found
     chains, rules, found = rules_read.result()
     problems += found
+    ranges, range_problems = scan_ranges(roots.cni_conf_dir, cache)
 
     return Inventory(
         taken_at=taken_at,
@@ -101,6 +100,8 @@ def _read_host(roots: Roots, taken_at: datetime, rules_read: Future[_Rules]) -> 
         static_pods=static_pods,
         pod_logs=pod_logs,
         problems=tuple(problems),
+        ip_ranges=ranges,
+        ip_range_problems=range_problems,
     )
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from nodegc.inventory.cni_ipam import FileReadError, read_small_file
+from nodegc.hostio.files import FileReadError, read_small_file
 from nodegc.model.resources import Kind, ReadProblem, StaticPodManifest
 
 MAX_MANIFEST_BYTES = 1 << 20

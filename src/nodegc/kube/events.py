@@ -24,6 +24,7 @@ from lightkube.resources.core_v1 import Event
 from lightkube.types import PatchType
 
 from nodegc.api.errors import KubeError, call
+from nodegc.hostio.clock import utcnow
 from nodegc.model.pods import Pod
 from nodegc.observe.logs import get_logger
 
@@ -32,10 +33,6 @@ log = get_logger("nodegc.kube.events")
 CLUSTER_EVENT_NAMESPACE = "default"  # where Events about cluster-scoped objects (a Node) live
 MAX_MESSAGE = 1024
 WINDOW_SECONDS = 60.0
-
-
-def _utcnow() -> datetime:
-    return datetime.now(UTC)
 
 
 def rfc3339(when: datetime) -> str:
@@ -130,7 +127,7 @@ class EventRecorder:
         max_per_minute: int = 30,
         flush_interval: float = 10.0,
         max_series: int = 4096,
-        clock: Callable[[], datetime] = _utcnow,
+        clock: Callable[[], datetime] = utcnow,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         if max_per_minute < 1:

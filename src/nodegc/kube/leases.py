@@ -26,15 +26,12 @@ from lightkube.types import PatchType
 
 from nodegc import defaults
 from nodegc.api.errors import KubeError, call
+from nodegc.hostio.clock import utcnow
 from nodegc.observe.logs import get_logger
 
 log = get_logger("nodegc.kube.leases")
 
 MAX_CONFLICT_RETRIES = 2
-
-
-def _utcnow() -> datetime:
-    return datetime.now(UTC)
 
 
 def micro_time(when: datetime) -> str:
@@ -106,7 +103,7 @@ class LeaderElector:
         config: LeaseConfig,
         *,
         monotonic: Callable[[], float] = time.monotonic,
-        wall: Callable[[], datetime] = _utcnow,
+        wall: Callable[[], datetime] = utcnow,
         on_change: Callable[[bool], None] | None = None,
     ) -> None:
         self.config = config

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
+from nodegc.model.ipranges import HostLocalRange
 from nodegc.model.runtime import RuntimeView
 
 
@@ -221,5 +222,9 @@ class Inventory:
     static_pods: tuple[StaticPodManifest, ...] = ()
     pod_logs: tuple[PodLogDir, ...] = ()
     problems: tuple[ReadProblem, ...] = field(default=())
+    ip_ranges: tuple[HostLocalRange, ...] = ()
+    """host-local range sets from the CNI configuration (conf dir and cached configs)."""
+    ip_range_problems: tuple[str, ...] = ()
+    """Configuration that could not be read for ranges ("<path>: <reason>"); no resource kind is affected."""
     runtime: RuntimeView | None = None
     """What the container runtime said; None when no runtime is configured or its socket is absent."""

@@ -6,12 +6,26 @@ one process) can each have their own without "duplicated timeseries" errors.
 
 from __future__ import annotations
 
+import contextlib
+import platform
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, start_http_server
+from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from nodegc import __version__
+from nodegc.model.ipranges import RangeStatus
+from nodegc.model.resources import Kind
+
+RANGE_LABELS = ("network", "range")
+WATCH_EVENT_TYPES = ("added", "modified", "deleted", "bookmark", "error")
+RELIST_REASONS = ("gone", "stalled", "error")
+BLOCK_REASONS = ("source_unavailable", "stale_source", "blast_radius", "rate_limit", "reverification")
+"""Every reason is exported from the start (at 0), so rate() and increase() see the first block."""
 
 SCAN_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
@@ -64,6 +78,46 @@ class Metrics:
             "nodegc_desired_state_age_seconds", "Age of the desired state (pods) the last cycle acted on.",
             registry=r,
         )
+        self.protected_gauge = Gauge(
+            "nodegc_protected_resources",
+            "Resources kept at the last scan because they are younger than the minimum age or may belong to a "
+            "pod still starting (not a refusal: the creation race), by kind.", ["kind"], registry=r,
+        )
+        self.build_info = Gauge("nodegc_build_info", "nodegc version and Python version; always 1.",
+                                ["version", "python"], registry=r)
+        self.build_info.labels(__version__, platform.python_version()).set(1)
+        self.last_success = Gauge(
+            "nodegc_last_successful_cycle_timestamp_seconds",
+            "Unix time of the last cycle that ran to the end without a refusal (stale or unavailable desired "
+            "state, blast radius) or a ledger error.", registry=r,
+        )
+        self.ready_gauge = Gauge("nodegc_ready", "1 while /readyz answers ok, else 0.", registry=r)
+        self.range_capacity = Gauge("nodegc_ip_range_capacity",
+                                    "Addresses host-local can hand out in the range set (the gateway excluded).",
+                                    RANGE_LABELS, registry=r)
+        self.range_reserved = Gauge("nodegc_ip_range_reserved", "Reserved addresses (host-local files).",
+                                    RANGE_LABELS, registry=r)
+        self.range_live = Gauge("nodegc_ip_range_live", "Reserved addresses in use by live pods.", RANGE_LABELS,
+                                registry=r)
+        self.range_leaked = Gauge("nodegc_ip_range_leaked", "Reserved addresses of dead sandboxes (leaked).",
+                                  RANGE_LABELS, registry=r)
+        self.range_leak_rate = Gauge(
+            "nodegc_ip_range_leak_rate", "Net growth of leaked addresses over the forecast window, per second.",
+            RANGE_LABELS, registry=r)
+        self.range_allocation_rate = Gauge(
+            "nodegc_ip_range_allocation_rate", "New reservations over the forecast window, per second.",
+            RANGE_LABELS, registry=r)
+        self.range_exhaustion = Gauge(
+            "nodegc_ip_range_exhaustion_seconds",
+            "Forecast seconds until the range set is full (+Inf: not running out).", RANGE_LABELS, registry=r)
+        self._range_gauges = (self.range_capacity, self.range_reserved, self.range_live, self.range_leaked,
+                              self.range_leak_rate, self.range_allocation_rate, self.range_exhaustion)
+        for reason in BLOCK_REASONS:
+            self.actions_blocked.labels(reason)
+        for kind in Kind:
+            self.protected_gauge.labels(kind.value).set(0)
+        self._range_keys: set[tuple[str, str]] = set()
+        self._protected_kinds: set[str] = {k.value for k in Kind}
         self._item_keys: set[tuple[str, str]] = set()
         self._lock = threading.Lock()
 
@@ -96,6 +150,48 @@ class Metrics:
     def desired_age(self, seconds: float) -> None:
         self.desired_state_age.set(seconds)
 
+    def protected(self, counts: Mapping[str, int]) -> None:
+        """Protected resources by kind at the last scan; a kind seen before and absent now drops to 0."""
+        with self._lock:
+            for kind in self._protected_kinds - counts.keys():
+                self.protected_gauge.labels(kind).set(0)
+            for kind, n in counts.items():
+                self.protected_gauge.labels(kind).set(n)
+            self._protected_kinds |= set(counts)
+
+    def cycle_succeeded(self, at: float) -> None:
+        self.last_success.set(at)
+
+    def ranges(self, statuses: Iterable[RangeStatus]) -> None:
+        """Replace the per-range gauges; a range set no longer seen loses its series."""
+        with self._lock:
+            current: set[tuple[str, str]] = set()
+            for s in statuses:
+                u, f = s.usage, s.forecast
+                key = u.key
+                current.add(key)
+                if u.capacity is not None:
+                    self.range_capacity.labels(*key).set(u.capacity)
+                self.range_reserved.labels(*key).set(u.reserved)
+                self.range_live.labels(*key).set(u.live)
+                self.range_leaked.labels(*key).set(u.leaked)
+                self.range_leak_rate.labels(*key).set(f.leak_rate)
+                self.range_allocation_rate.labels(*key).set(f.allocation_rate)
+                self.range_exhaustion.labels(*key).set(f.seconds_to_exhaustion)
+            for key in self._range_keys - current:
+                for gauge in self._range_gauges:
+                    with contextlib.suppress(KeyError):
+                        gauge.remove(*key)
+            self._range_keys = current
+
+    def readiness(self, check: Callable[[], tuple[bool, str]]) -> None:
+        """Export the readiness check as `nodegc_ready`, evaluated at each scrape."""
+        self.ready_gauge.set_function(lambda: 1.0 if check()[0] else 0.0)
+
+    def watch_counters(self, stats: Callable[[], Mapping[str, int]]) -> None:
+        """Export the pod watch's counters (PodReflector.stats) at each scrape."""
+        self.registry.register(_ReflectorCollector(stats))
+
     # --- exposition --------------------------------------------------------------------------------
 
     def render(self) -> bytes:
@@ -105,3 +201,33 @@ class Metrics:
         """Serve /metrics in a daemon thread; port 0 picks a free port (see `MetricsServer.port`)."""
         server, thread = start_http_server(port, addr=host, registry=self.registry)
         return MetricsServer(server=server, thread=thread)
+
+
+class _ReflectorCollector(Collector):
+    def __init__(self, stats: Callable[[], Mapping[str, int]]) -> None:
+        self.stats = stats
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(())  # unchecked: the families are only known at collect time
+
+    def collect(self) -> Iterator[Metric]:
+        stats = self.stats()
+        lists = CounterMetricFamily("nodegc_reflector_lists", "Full lists of the node's pods (the first and "
+                                    "every relist).")
+        lists.add_metric([], stats.get("lists", 0))
+        yield lists
+        watches = CounterMetricFamily("nodegc_reflector_watches", "Watch requests started (each one after "
+                                      "the first is a watch restart).")
+        watches.add_metric([], stats.get("watches", 0))
+        yield watches
+        relists = CounterMetricFamily("nodegc_reflector_relists", "Relists by cause: gone (410), stalled (no "
+                                      "event or bookmark in time), error, resync (periodic).", labels=["reason"])
+        for reason in RELIST_REASONS:
+            relists.add_metric([reason], stats.get(f"relists_{reason}", 0))
+        relists.add_metric(["resync"], stats.get("resyncs", 0))
+        yield relists
+        events = CounterMetricFamily("nodegc_reflector_events", "Watch events received, by type.",
+                                     labels=["type"])
+        for kind in WATCH_EVENT_TYPES:
+            events.add_metric([kind], stats.get(f"events_{kind}", 0))
+        yield events

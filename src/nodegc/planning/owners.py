@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import ipaddress
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from nodegc.model.addresses import normalized_ip
 from nodegc.model.findings import Owner
 from nodegc.model.pods import DesiredState, OwnerState, Pod
 from nodegc.model.resources import CNICacheEntry
@@ -30,7 +30,7 @@ def cni_chain_name(network: str, container_id: str, prefix: str = "") -> str:
 @functools.lru_cache(maxsize=65536)
 def normalize_ip(text: str) -> str | None:
     try:
-        return str(ipaddress.ip_address(text.split("/", 1)[0]))
+        return normalized_ip(text.split("/", 1)[0])
     except ValueError:
         return None
 

@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from nodegc.inventory.cni_cache import CACHE_KIND, MAX_CACHE_BYTES
-from nodegc.inventory.cni_ipam import FileReadError, read_small_file
+from nodegc.hostio.cni_files import CACHE_KIND, MAX_CACHE_BYTES
+from nodegc.hostio.files import FileReadError, read_small_file
 from nodegc.model.resources import CNICacheEntry
 from nodegc.reclaim.cni_exec import CNIError, exec_plugin, find_plugin, plugin_env, plugin_stdin
 from nodegc.reclaim.outcomes import Outcome

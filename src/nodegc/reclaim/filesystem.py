@@ -6,8 +6,10 @@ scan verified (mount id, inode) before touching it; none raises for an expected 
 
 from __future__ import annotations
 
-from nodegc.reclaim.removing import MAX_DEPTH, MAX_ENTRIES, fd_mount_id, remove_pod_dir
-from nodegc.reclaim.unmounting import MNT_DETACH, UNMOUNT_CHILD, UNMOUNT_CHILD_CODE, unmount_volume
+from nodegc.hostio.libc import MNT_DETACH
+from nodegc.hostio.mountinfo import fd_mount_id
+from nodegc.reclaim.removing import MAX_DEPTH, MAX_ENTRIES, remove_pod_dir
+from nodegc.reclaim.unmounting import UNMOUNT_CHILD, UNMOUNT_CHILD_CODE, unmount_volume
 
 __all__ = [
     "MAX_DEPTH",

@@ -13,12 +13,12 @@ import os
 import stat
 import time
 
-from nodegc.inventory.cni_ipam import MAX_RESERVATION_BYTES, parse_reservation
+from nodegc.hostio.cni_files import IPAM_LOCK_NAME, MAX_RESERVATION_BYTES, parse_reservation
 from nodegc.model.resources import IPReservation
 from nodegc.reclaim.outcomes import Outcome
 from nodegc.settings import Roots
 
-LOCK_NAME = "lock"
+LOCK_NAME = IPAM_LOCK_NAME
 _POLL = 0.02
 
 

@@ -6,19 +6,13 @@ plain empty file, identified by its own inode. Symlinks are never followed, in t
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import os
 import stat
 from pathlib import Path
 
+from nodegc.hostio.libc import MNT_DETACH, umount2
 from nodegc.model.resources import NetnsEntry
 from nodegc.reclaim.outcomes import Outcome
-
-_MNT_DETACH = 2
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-_libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
-_libc.umount2.restype = ctypes.c_int
 
 
 def _detach_verified(path: str, ns_inode: int) -> str | None:
@@ -30,9 +24,7 @@ def _detach_verified(path: str, ns_inode: int) -> str | None:
         found = os.fstat(fd).st_ino
         if found != ns_inode:
             return f"another namespace is mounted there (inode {found}, expected {ns_inode})"
-        if _libc.umount2(f"/proc/self/fd/{fd}".encode(), _MNT_DETACH) != 0:
-            err = ctypes.get_errno()
-            raise OSError(err, os.strerror(err), path)
+        umount2(f"/proc/self/fd/{fd}", MNT_DETACH, name=path)
     finally:
         os.close(fd)
     return None

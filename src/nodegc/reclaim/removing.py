@@ -17,8 +17,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nodegc.inventory.mounting import mounts_below, read_mounts
-from nodegc.inventory.pod_dirs import PLAUSIBLE_UID
+from nodegc.hostio.kubelet import PLAUSIBLE_UID
+from nodegc.hostio.mountinfo import fd_mount_id, mounts_below, read_mounts
 from nodegc.model.resources import PodDir
 from nodegc.reclaim.outcomes import Outcome
 
@@ -36,18 +36,6 @@ class _BudgetExceeded(Exception):
 def _show(path: bytes) -> str:
     """Printable even when the name is not UTF-8."""
     return path.decode("utf-8", "backslashreplace")
-
-
-def fd_mount_id(fd: int, *, proc_root: Path = Path("/proc")) -> int | None:
-    """The mount id of an open descriptor (fdinfo `mnt_id`), comparable with mountinfo ids."""
-    try:
-        with open(proc_root / "self" / "fdinfo" / str(fd), "rb") as f:
-            for line in f:
-                if line.startswith(b"mnt_id:"):
-                    return int(line.split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
 
 
 @dataclass

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nodegc.inventory.iptables import parse_iptables_save, read_iptables_save
+from nodegc.hostio.iptables import parse_iptables_save, read_iptables_save
 from nodegc.model.resources import HostportRule, IptablesChain
 from nodegc.reclaim.outcomes import Outcome
 from nodegc.settings import in_net_ns

@@ -23,51 +23,23 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from nodegc.inventory.mounting import MountIndex, read_mounts, top_of
-from nodegc.inventory.pod_dirs import csi_mount_point
+from nodegc.hostio.kubelet import csi_mount_point
+from nodegc.hostio.libc import MNT_DETACH
+from nodegc.hostio.mountinfo import MountIndex, read_mounts, top_of
 from nodegc.model.resources import Mount, VolumeDir
+from nodegc.reclaim import unmount_child
 from nodegc.reclaim.outcomes import Outcome
 
-MNT_DETACH = 2
 _KILL_GRACE = 2.0
 _OUTPUT_LIMIT = 300
 
-# The child program: argv = <path> <expected mount id> <umount2 flags> <proc root>.
-# It prints one line: "ok", "changed <mount id>", or "errno <n>".
-UNMOUNT_CHILD_CODE = r"""
-import ctypes, os, sys
-path = os.fsencode(sys.argv[1])
-want = int(sys.argv[2])
-flags = int(sys.argv[3])
-proc = sys.argv[4]
-MNT_DETACH, UMOUNT_NOFOLLOW = 2, 8
-libc = ctypes.CDLL(None, use_errno=True)
-libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
-try:
-    fd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
-except OSError as e:
-    print("errno", e.errno)
-    sys.exit(0)
-try:
-    with open(f"{proc}/self/fdinfo/{fd}") as f:
-        got = [int(line.split()[1]) for line in f if line.startswith("mnt_id:")]
-    if got != [want]:
-        print("changed", got[0] if got else "unknown")
-        sys.exit(0)
-    if flags & MNT_DETACH:
-        rc = libc.umount2(f"{proc}/self/fd/{fd}".encode(), flags)
-    else:
-        os.close(fd)
-        fd = -1
-        rc = libc.umount2(path, flags | UMOUNT_NOFOLLOW)
-    print("ok" if rc == 0 else f"errno {ctypes.get_errno()}")
-finally:
-    if fd >= 0:
-        os.close(fd)
-"""
-
-UNMOUNT_CHILD: tuple[str, ...] = (sys.executable, "-I", "-S", "-c", UNMOUNT_CHILD_CODE)
-"""The program that unmounts; tests swap it for one that hangs, to exercise the timeout path."""
+UNMOUNT_CHILD_PATH = Path(unmount_child.__file__)
+UNMOUNT_CHILD_CODE = UNMOUNT_CHILD_PATH.read_text()
+"""The child's source, for running it as `-c` (tests prepend a hang)."""
+UNMOUNT_CHILD: tuple[str, ...] = (sys.executable, "-I", "-S", str(UNMOUNT_CHILD_PATH))
+"""The program that unmounts (`unmount_child.py`); tests swap it for one that hangs, to exercise the timeout
+path. argv: <path> <expected mount id> <umount2 flags> <proc root>; it prints one line: "ok",
+"changed <mount id>", or "errno <n>"."""
 
 
 @dataclass(frozen=True)

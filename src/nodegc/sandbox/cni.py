@@ -14,9 +14,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from nodegc.hostio.cni_files import CACHE_KIND
 from nodegc.reclaim.cni_exec import CNIError, exec_plugin, find_plugin, plugin_env, plugin_stdin
 
-CACHE_KIND = "cniCacheV1"
 __all__ = ["CACHE_KIND", "CNIError", "cache_entry_path", "run_conflist", "write_cache_entry"]
 
 

@@ -8,12 +8,9 @@ process dying inside its private mount namespace) leaves nothing behind on the m
 from __future__ import annotations
 
 import base64
-import ctypes
-import ctypes.util
 import errno
 import json
 import os
-import re
 import secrets
 import shutil
 import subprocess
@@ -27,6 +24,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from nodegc.hostio import libc
+from nodegc.hostio.mountinfo import parse_mountinfo
 from nodegc.sandbox.cni import cache_entry_path, run_conflist, write_cache_entry
 from nodegc.settings import Roots
 
@@ -37,9 +36,7 @@ CNI_BIN_DIR = Path("/usr/lib/cni")
 _CMD_TIMEOUT = 30.0
 _LINK_GONE_TIMEOUT = 10.0
 
-_MS_REC = 1 << 14
-_MS_PRIVATE = 1 << 18
-_MNT_DETACH = 2
+_MNT_DETACH = libc.MNT_DETACH
 _NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # what Kubernetes uses for generated name suffixes
 
 
@@ -49,55 +46,30 @@ class SandboxError(RuntimeError):
 
 # --- mounts through libc: one syscall instead of a mount(8) process per volume -----------------------
 
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-_libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
-_libc.mount.restype = ctypes.c_int
-_libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
-_libc.umount2.restype = ctypes.c_int
-
 
 def _sys_mount(source: str | None, target: Path, fstype: str | None, flags: int, data: str | None) -> None:
-    rc = _libc.mount(
-        source.encode() if source is not None else None,
-        os.fsencode(target),
-        fstype.encode() if fstype is not None else None,
-        flags,
-        data.encode() if data is not None else None,
-    )
-    if rc != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"mount {target}: {os.strerror(err)}")
+    libc.mount(source, target, fstype, flags, data)
 
 
 def _sys_umount(target: Path | str, flags: int = 0) -> None:
     """Unmount once; "not mounted" and "gone" count as done, so teardown is idempotent."""
-    if _libc.umount2(os.fsencode(target), flags) != 0:
-        err = ctypes.get_errno()
-        if err in (errno.EINVAL, errno.ENOENT):
+    try:
+        libc.umount2(target, flags)
+    except OSError as e:
+        if e.errno in (errno.EINVAL, errno.ENOENT):
             return
-        raise OSError(err, f"umount {target}: {os.strerror(err)}")
+        raise
 
 
 def _mount_tmpfs(target: Path, options: str = "size=4m,mode=0755") -> None:
     _sys_mount("tmpfs", target, "tmpfs", 0, options)
 
 
-_OCTAL = re.compile(rb"\\([0-7]{3})")
-
-
-def _unescape(field_: bytes) -> str:
-    return os.fsdecode(_OCTAL.sub(lambda m: bytes([int(m.group(1), 8)]), field_))
-
-
 def mount_points() -> list[str]:
     """Mount points of this process's mount namespace, octal escapes decoded, in mount order."""
-    points: list[str] = []
     with open("/proc/self/mountinfo", "rb") as f:
-        for line in f:
-            parts = line.split(b" ")
-            if len(parts) > 4:
-                points.append(_unescape(parts[4]))
-    return points
+        mounts, _unparsed = parse_mountinfo(f.read().decode("utf-8", "surrogateescape"))
+    return [m.mount_point for m in mounts]
 
 
 def mounts_under(root: Path) -> list[str]:
@@ -276,7 +248,7 @@ class SandboxNode:
     def _build(self) -> None:
         try:
             _mount_tmpfs(self.root, "mode=0755")
-            _sys_mount(None, self.root, None, _MS_PRIVATE | _MS_REC, None)
+            _sys_mount(None, self.root, None, libc.MS_PRIVATE | libc.MS_REC, None)
         except OSError as e:
             raise SandboxError(f"cannot mount the node root: {e}") from e
         for d in (self.kubelet_root / "pods", self.cni_conf_dir, self.ipam_dir, self.netns_dir):
@@ -300,7 +272,7 @@ class SandboxNode:
                     _sys_umount(point)
                 except OSError:
                     try:
-                        _sys_umount(point, _MNT_DETACH)
+                        _sys_umount(point, libc.MNT_DETACH)
                     except OSError as e:
                         problems.append(str(e))
         left = mounts_under(self.root)

@@ -8,10 +8,11 @@ import sys
 import textwrap
 from pathlib import Path
 
+from nodegc.hostio.libc import MNT_DETACH
 from nodegc.model.resources import CNICacheEntry, NetnsEntry, VolumeDir
 from nodegc.reclaim.cni_del import remove_cache_entry
 from nodegc.reclaim.netns import remove_netns
-from nodegc.reclaim.unmounting import MNT_DETACH, unmount_volume
+from nodegc.reclaim.unmounting import unmount_volume
 
 VOL = "/k/pods/u1/volumes/kubernetes.io~nfs/v"
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from nodegc.hostio.iptables import parse_iptables_save
 from nodegc.inventory.cni_cache import scan_cni_cache
-from nodegc.inventory.iptables import parse_iptables_save
 from nodegc.inventory.pod_dirs import scan_pod_dirs
 
 
@@ -39,7 +39,7 @@ def test_iptables_comment_with_unicode_line_separator_keeps_rule() -> None:
 
 
 def test_top_at_agrees_with_reclaim_on_a_tucked_mount() -> None:
-    from nodegc.inventory.mounting import MountIndex
+    from nodegc.hostio.mountinfo import MountIndex
     from nodegc.model.resources import Mount
 
     def m(mid: int, parent: int) -> Mount:

@@ -151,3 +151,15 @@ def mounts_below(mounts: Sequence[Mount] | MountIndex, path: str) -> list[Mount]
     """Mounts whose mount point is `path` or lies under `path/`; pass a MountIndex when asking often."""
     index = mounts if isinstance(mounts, MountIndex) else MountIndex.build(mounts)
     return index.below(path)
+
+
+def fd_mount_id(fd: int, *, proc_root: Path = Path("/proc")) -> int | None:
+    """The mount id of an open descriptor (fdinfo `mnt_id`), comparable with mountinfo ids."""
+    try:
+        with open(proc_root / "self" / "fdinfo" / str(fd), "rb") as f:
+            for line in f:
+                if line.startswith(b"mnt_id:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None

@@ -1,4 +1,4 @@
-"""Just enough rtnetlink for the veth reader: one link dump and batched netnsid queries, decoded by hand.
+"""Just enough rtnetlink for nodegc: link dumps, batched netnsid queries and link deletes, decoded by hand.
 
 pyroute2 decodes every attribute of every link in pure Python and pays a round trip per netnsid query; on
 a node with a thousand pods that was most of a scan. A link message is a fixed header and a flat list of
@@ -12,9 +12,7 @@ creates the socket, goes back and exits. The calling thread never changes namesp
 
 from __future__ import annotations
 
-import ctypes
 import errno
-import functools
 import itertools
 import os
 import socket
@@ -24,12 +22,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from nodegc.hostio.libc import CLONE_NEWNET, setns
+
 NETLINK_ROUTE = 0
-CLONE_NEWNET = 0x40000000
 
 NLMSG_ERROR = 2
 NLMSG_DONE = 3
 RTM_NEWLINK = 16
+RTM_DELLINK = 17
 RTM_GETLINK = 18
 RTM_NEWADDR = 20
 RTM_GETADDR = 22
@@ -37,6 +37,7 @@ RTM_NEWNSID = 88
 RTM_GETNSID = 90
 
 NLM_F_REQUEST = 0x1
+NLM_F_ACK = 0x4
 NLM_F_DUMP_INTR = 0x10
 NLM_F_DUMP = 0x300
 
@@ -67,6 +68,8 @@ _RECV_BUF = 1 << 16
 _LINK_ATTRS = frozenset((IFLA_ADDRESS, IFLA_IFNAME, IFLA_LINK, IFLA_MASTER, IFLA_LINKINFO, IFLA_LINK_NETNSID))
 _NSID_BATCH = 64
 """Requests per send: their replies (one small datagram each) must fit the default receive buffer."""
+_DELETE_BATCH = 64
+"""Link deletes per send, for the same reason (each is acknowledged by a small datagram)."""
 _DUMP_ATTEMPTS = 3
 
 DEFAULT_TIMEOUT = 10.0
@@ -74,7 +77,14 @@ DEFAULT_TIMEOUT = 10.0
 
 
 class NetlinkError(Exception):
-    """The namespace could not be entered, the kernel refused, went quiet or sent something malformed."""
+    """The namespace could not be entered, the kernel refused, went quiet or sent something malformed.
+
+    `code` is the errno the kernel answered with, when it answered with one.
+    """
+
+    def __init__(self, message: str, *, code: int | None = None) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +154,62 @@ class RtnlSocket:
         for start in range(0, len(fds), _NSID_BATCH):
             out += self._netnsid_batch(fds[start : start + _NSID_BATCH])
         return out
+
+    def get_link(self, index: int) -> RawLink | None:
+        """The link with this index now, or None when there is none (ENODEV)."""
+        seq = next(self._seq)
+        ext_mask = _nla(IFLA_EXT_MASK, _U32.pack(RTEXT_FILTER_SKIP_STATS))
+        body = _IFINFOMSG.pack(socket.AF_UNSPEC, 0, index, 0, 0) + ext_mask
+        self._send(_message(RTM_GETLINK, NLM_F_REQUEST, seq, body))
+        while True:
+            size = self._recv()
+            buf = self._buf
+            for mtype, _flags, mseq, start, end in _messages(buf, size):
+                if mseq != seq:
+                    continue
+                if mtype == NLMSG_ERROR:
+                    try:
+                        _raise_if_error(buf, start, end, f"link {index}")
+                    except NetlinkError as e:
+                        if e.code in (errno.ENODEV, errno.ENOENT):
+                            return None
+                        raise
+                    raise NetlinkError(f"link {index}: acknowledged without the link")
+                if mtype == RTM_NEWLINK:
+                    return _parse_link(buf, start, end)
+
+    def delete_links(self, indexes: Sequence[int]) -> list[NetlinkError | None]:
+        """Delete each link by index (a veth takes its peer along); None where the kernel acknowledged, else
+        why not (`code` ENODEV: no such link). Sent in batches, each request acknowledged on its own, so one
+        refusal does not stop the others."""
+        out: list[NetlinkError | None] = []
+        for start in range(0, len(indexes), _DELETE_BATCH):
+            out += self._delete_batch(indexes[start : start + _DELETE_BATCH])
+        return out
+
+    def _delete_batch(self, indexes: Sequence[int]) -> list[NetlinkError | None]:
+        seqs = [next(self._seq) for _ in indexes]
+        requests = (
+            _message(RTM_DELLINK, NLM_F_REQUEST | NLM_F_ACK, seq, _IFINFOMSG.pack(socket.AF_UNSPEC, 0, index, 0, 0))
+            for seq, index in zip(seqs, indexes, strict=True)
+        )
+        self._send(b"".join(requests))
+        first = seqs[0]
+        answers: dict[int, NetlinkError | None] = {}
+        while len(answers) < len(seqs):
+            size = self._recv()
+            buf = self._buf
+            for mtype, _flags, mseq, start, end in _messages(buf, size):
+                slot = mseq - first
+                if not 0 <= slot < len(seqs) or mseq in answers or mtype != NLMSG_ERROR:
+                    continue
+                try:
+                    _raise_if_error(buf, start, end, f"delete link {indexes[slot]}")
+                except NetlinkError as e:
+                    answers[mseq] = e
+                else:
+                    answers[mseq] = None
+        return [answers[seq] for seq in seqs]
 
     def dump_addresses(self) -> list[tuple[int, str]]:
         """(interface index, address) of every address, IFA_LOCAL before IFA_ADDRESS (the peer on
@@ -288,15 +354,8 @@ def _enter_and_open(net_ns: Path) -> socket.socket:
         os.close(home)
 
 
-@functools.cache
-def _libc() -> ctypes.CDLL:
-    return ctypes.CDLL(None, use_errno=True)
-
-
 def _setns(fd: int, what: str) -> None:
-    if _libc().setns(fd, CLONE_NEWNET) != 0:
-        code = ctypes.get_errno()
-        raise OSError(code, f"{what}: {os.strerror(code)}")
+    setns(fd, CLONE_NEWNET, what=what)
 
 
 def _message(mtype: int, flags: int, seq: int, body: bytes) -> bytes:
@@ -333,7 +392,7 @@ def _raise_if_error(buf: bytearray, start: int, end: int, what: str) -> None:
     (code,) = _I32.unpack_from(buf, start)
     if code < 0:
         err = -code
-        raise NetlinkError(f"{what}: {errno.errorcode.get(err, err)} {os.strerror(err)}")
+        raise NetlinkError(f"{what}: {errno.errorcode.get(err, err)} {os.strerror(err)}", code=err)
 
 
 def _parse_link(buf: bytearray, start: int, end: int) -> RawLink:
