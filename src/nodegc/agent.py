@@ -149,7 +149,9 @@ def cmd_agent(settings: AgentSettings) -> int:
     roots = settings.roots
     phases = settings.phases
     engine_settings = make_engine_settings(settings.safety, phases)
-    executor = make_executor(roots, dry_run=settings.dry_run, timeout=settings.safety.command_timeout)
+    executor = make_executor(roots, dry_run=settings.dry_run, timeout=settings.safety.command_timeout,
+                             runtime_endpoint=settings.safety.runtime_endpoint,
+                             runtime_timeout=settings.safety.runtime_timeout)
     metrics = Metrics()
     heartbeat = Heartbeat(settings.interval)
     metrics.readiness(heartbeat.ready)

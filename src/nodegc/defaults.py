@@ -28,6 +28,12 @@ MIN_AGE_SECONDS = 60.0
 COMMAND_TIMEOUT_SECONDS = 30.0
 """Upper bound for one external command (iptables-save, a CNI plugin)."""
 
+# -- container runtime (CRI) -----------------------------------------------------------------------
+RUNTIME_ENDPOINT = "unix:///run/containerd/containerd.sock"
+"""The kubelet's and crictl's default; CRI-O: unix:///var/run/crio/crio.sock."""
+RUNTIME_TIMEOUT_SECONDS = 10.0
+"""Upper bound for one CRI call."""
+
 # -- safety ----------------------------------------------------------------------------------------
 MAX_SHARE = 0.5
 """Largest share of the node's owners (pods and sandboxes) one scan may find orphaned."""

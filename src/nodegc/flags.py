@@ -39,11 +39,13 @@ def build_parser() -> argparse.ArgumentParser:
                       help="resources younger than this are protected (default: %(default)s)")
     scan.add_argument("--command-timeout", type=float, default=defaults.COMMAND_TIMEOUT_SECONDS,
                       metavar="SECONDS")
+    add_runtime_flags(scan)
 
     clean = sub.add_parser("clean", parents=[logs], help="one shot: plan the reclaim of residue; --apply does it")
     add_source_flags(clean)
     add_root_flags(clean)
     add_engine_flags(clean)
+    add_runtime_flags(clean)
     clean.add_argument("--apply", action="store_true", help="reclaim for real (default: print the plan only)")
     clean.add_argument("-o", "--output", choices=["table", "json"], default="table")
 
@@ -52,6 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_source_flags(agent)
     add_root_flags(agent)
     add_engine_flags(agent)
+    add_runtime_flags(agent)
     add_agent_flags(agent)
 
     add_controller_parser(sub, [logs])
@@ -90,6 +93,15 @@ def add_root_flags(p: argparse.ArgumentParser) -> None:
                    help=f"the kubelet's per-pod log directories (default: {defaults.POD_LOG_DIR})")
     g.add_argument("--net-ns", type=Path, default=None, metavar="FILE",
                    help="read links and iptables in this network namespace (default: the one nodegc runs in)")
+
+
+def add_runtime_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("container runtime (CRI)")
+    g.add_argument("--runtime-endpoint", default=defaults.RUNTIME_ENDPOINT, metavar="ENDPOINT",
+                   help="CRI socket, as crictl and the kubelet take it (default: %(default)s; CRI-O: "
+                        "unix:///var/run/crio/crio.sock; 'none': read no runtime)")
+    g.add_argument("--runtime-timeout", type=float, default=defaults.RUNTIME_TIMEOUT_SECONDS, metavar="SECONDS",
+                   help="upper bound for one CRI call (default: %(default)s)")
 
 
 def add_source_flags(p: argparse.ArgumentParser) -> None:

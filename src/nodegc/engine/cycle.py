@@ -18,6 +18,8 @@ from nodegc.desired.source import DesiredSource, SourceError
 from nodegc.engine.detecting import detect
 from nodegc.engine.limits import TokenBucket
 from nodegc.faults import fault_point
+from nodegc.inventory.cri.client import CRIError
+from nodegc.inventory.cri.runtimes import runtime_reader
 from nodegc.inventory.scanning import scan_node
 from nodegc.ledger.store import Ledger
 from nodegc.model.findings import Finding, FindingClass
@@ -40,6 +42,7 @@ from nodegc.planning.phases import (
     reconcile,
     resources,
 )
+from nodegc.planning.runtime import runtime_unusable
 from nodegc.reclaim.dispatch import Executor
 from nodegc.reclaim.outcomes import Outcome
 from nodegc.settings import Roots, ScanOptions
@@ -210,6 +213,11 @@ class Engine:
             log.warning("read problem", kind=p.kind.value, path=p.path, reason=p.reason)
         self.metrics.scanned(time.monotonic() - started, sorted(counts.items()))
         report.problems += len(inventory.problems)
+        running = sum(1 for p in desired.pods if p.state is OwnerState.LIVE and not p.host_network)
+        why = runtime_unusable(inventory.runtime, running)
+        if why:
+            # Today's rules go on; nothing that needs the runtime's word is concluded this scan.
+            self._block(report, "runtime_unavailable", why)
         return inventory, findings
 
     # -- terminate -------------------------------------------------------------------------------
@@ -246,8 +254,16 @@ class Engine:
                                                  detail="gone: the step completed before a restart",
                                                  policy=self.settings.phases)], now)
                     continue
-                doubt = self._doubt(item, by_key.get(item.key), current.get(item.key))
-                if doubt is None:
+                fresh = by_key.get(item.key)
+                doubt = self._doubt(item, fresh, current.get(item.key))
+                if doubt is None and fresh is not None and fresh.sandbox:
+                    try:
+                        doubt = self._runtime_doubt(item, fresh.sandbox)
+                    except CRIError as e:
+                        self._block(report, "runtime_unavailable", f"fresh sandbox status failed: {e}")
+                        return self._checkpoint(_by_kind(verified), now)
+                owner_matters = fresh is None or not fresh.sandbox or fresh.owner_state is not OwnerState.LIVE
+                if doubt is None and owner_matters:
                     try:
                         doubt = self._owner_doubt(item, fetched)
                     except SourceError as e:
@@ -279,6 +295,23 @@ class Engine:
             return "identity changed since it was marked"
         if finding.owner.uid != item.owner_uid:
             return "owner changed since it was marked"
+        return None
+
+    def _runtime_doubt(self, item: Item, sandbox_id: str) -> str | None:
+        """A fresh PodSandboxStatus: an attachment judged by the runtime's word needs the runtime still not
+        to know its sandbox; a sandbox to remove must still exist and still be NotReady."""
+        reader = runtime_reader(self.settings.scan)
+        if reader is None:
+            return "no runtime to ask"
+        status = reader.fresh_status(sandbox_id)
+        if item.kind is not Kind.SANDBOX:
+            if status is not None:
+                return f"the runtime knows sandbox {sandbox_id[:12]} ({'READY' if status.ready else 'NotReady'})"
+            return None
+        if status is None:
+            return "the runtime no longer knows the sandbox"
+        if status.ready:
+            return "the sandbox is READY"
         return None
 
     def _owner_doubt(self, item: Item, fetched: dict[tuple[str, str], Pod | None]) -> str | None:
@@ -398,6 +431,6 @@ _CLOCK_TOLERANCE = 5.0
 # CNI DEL first (Debian's bridge plugin fails DEL when its chain is already gone), then what DEL left:
 # rules, the veth, the netns, and the IP last, once nothing can still carry it.
 _KIND_ORDER = {kind: i for i, kind in enumerate((
-    Kind.CNI_CACHE, Kind.HOSTPORT_RULE, Kind.IPTABLES_CHAIN, Kind.VETH, Kind.NETNS, Kind.IP_RESERVATION,
-    Kind.VOLUME_MOUNT, Kind.POD_DIR,
+    Kind.SANDBOX, Kind.CNI_CACHE, Kind.HOSTPORT_RULE, Kind.IPTABLES_CHAIN, Kind.VETH, Kind.NETNS, Kind.IP_RESERVATION,
+    Kind.VOLUME_MOUNT, Kind.POD_DIR, Kind.RUNTIME_LEFTOVER, Kind.POD_LOG_DIR, Kind.FIREWALL_RULE,
 ))}

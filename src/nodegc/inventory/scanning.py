@@ -46,7 +46,12 @@ def scan_node(
                                  timeout=options.command_timeout)
         runtime_read = pool.submit(read_runtime, options)
         inventory = _read_host(roots, taken_at, rules_read)
-        inventory = dataclasses.replace(inventory, runtime=runtime_read.result())
+        runtime = runtime_read.result()
+        inventory = dataclasses.replace(inventory, runtime=runtime)
+    if runtime is not None and not runtime.reachable:
+        # Sandboxes the runtime could not list are not gone: their items must not close or move on.
+        problem = ReadProblem(Kind.SANDBOX, runtime.endpoint, f"runtime unreachable: {runtime.error}")
+        inventory = dataclasses.replace(inventory, problems=(*inventory.problems, problem))
     log.debug(
         "node scanned",
         seconds=round(time.monotonic() - started, 4),

@@ -131,7 +131,7 @@ def _mirrored(m: StaticPodManifest, desired: DesiredState, pods: PodIndex) -> bo
 
 def reclass(finding: Finding, cls: FindingClass, note: str) -> Finding:
     return Finding(cls, finding.kind, finding.id, finding.owner, finding.owner_state,
-                   (*finding.evidence, note), netns=finding.netns, ip=finding.ip)
+                   (*finding.evidence, note), netns=finding.netns, ip=finding.ip, sandbox=finding.sandbox)
 
 
 def short(container_id: str | None) -> str:
