@@ -86,6 +86,11 @@ def add_root_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--cni-data-dir", type=Path, default=Path(defaults.CNI_DATA_DIR), metavar="DIR")
     g.add_argument("--netns-dir", type=Path, default=Path(defaults.NETNS_DIR), metavar="DIR")
     g.add_argument("--proc-root", type=Path, default=Path(defaults.PROC_ROOT), metavar="DIR")
+    g.add_argument("--static-pod-dir", type=Path, default=Path(defaults.STATIC_POD_DIR), metavar="DIR",
+                   help="the kubelet's staticPodPath: what a manifest there declares is never reclaimed"
+                        f" (default: {defaults.STATIC_POD_DIR})")
+    g.add_argument("--pod-log-dir", type=Path, default=Path(defaults.POD_LOG_DIR), metavar="DIR",
+                   help=f"the kubelet's per-pod log directories (default: {defaults.POD_LOG_DIR})")
     g.add_argument("--net-ns", type=Path, default=None, metavar="FILE",
                    help="read links and iptables in this network namespace (default: the one nodegc runs in)")
 

@@ -148,6 +148,8 @@ def roots_from_args(args: argparse.Namespace) -> Roots:
         cni_data_dir=args.cni_data_dir,
         netns_dir=args.netns_dir,
         proc_root=args.proc_root,
+        static_pod_dir=args.static_pod_dir,
+        pod_log_dir=args.pod_log_dir,
         net_ns=args.net_ns,
     )
 

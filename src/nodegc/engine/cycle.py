@@ -15,6 +15,7 @@ from typing import Protocol
 
 from nodegc import defaults
 from nodegc.desired.source import DesiredSource, SourceError
+from nodegc.engine.detecting import detect
 from nodegc.engine.limits import TokenBucket
 from nodegc.faults import fault_point
 from nodegc.inventory.cri.client import CRIError
@@ -27,7 +28,7 @@ from nodegc.model.items import Item, Phase
 from nodegc.model.pods import DesiredState, OwnerState, Pod
 from nodegc.model.resources import Inventory, Kind
 from nodegc.observe.logs import get_logger
-from nodegc.planning.correlate import CorrelationPolicy, correlate
+from nodegc.planning.correlate import CorrelationPolicy
 from nodegc.planning.guards import BlastRadius, blast_radius_refusal
 from nodegc.planning.ipranges import NOT_URGENT, RangeTracker, range_usage, reclaim_urgency
 from nodegc.planning.phases import (
@@ -214,7 +215,7 @@ class Engine:
     def _scan(self, desired: DesiredState, report: CycleReport) -> tuple[Inventory, tuple[Finding, ...]]:
         started = time.monotonic()
         inventory = self.scanner(self.roots, self.settings.scan)
-        findings = correlate(inventory, desired, now=inventory.taken_at, policy=self.settings.correlation)
+        inventory, findings = detect(inventory, desired, now=inventory.taken_at, policy=self.settings.correlation)
         counts: dict[str, int] = {}
         for p in inventory.problems:
             counts[p.kind.value] = counts.get(p.kind.value, 0) + 1
