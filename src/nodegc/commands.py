@@ -36,24 +36,23 @@ log = get_logger("nodegc.commands")
 
 
 def cmd_scan(settings: ScanSettings) -> int:
+    from nodegc.engine.detecting import detect
     from nodegc.inventory.scanning import scan_node
-    from nodegc.planning.correlate import correlate
     from nodegc.planning.ipranges import range_usage
     from nodegc.render import Report, render_json, render_table, render_yaml
 
-    source = make_source(settings.source)
+    source = make_source(settings.source, prove_current=False)  # read only: no destructive step follows
     try:
         desired = source.fetch()
     except SourceError as e:
         log.error("desired state unavailable", source=source.name, error=str(e))
         print(f"nodegc: cannot read the pods bound to this node: {e}", file=sys.stderr)
         return EXIT_SOURCE
-    inventory = scan_node(settings.roots, settings.options)
-    findings = correlate(inventory, desired, now=datetime.now(UTC),
-                         policy=CorrelationPolicy(min_age_seconds=settings.options.min_age_seconds))
+    inventory, findings = detect(scan_node(settings.roots, settings.options), desired, now=datetime.now(UTC),
+                                 policy=CorrelationPolicy(min_age_seconds=settings.options.min_age_seconds))
     report = Report(node=desired.node, source=desired.source, taken_at=inventory.taken_at,
                     findings=findings, problems=inventory.problems, ranges=range_usage(inventory, findings),
-                    range_problems=inventory.ip_range_problems)
+                    range_problems=inventory.ip_range_problems, runtime=inventory.runtime)
     for p in inventory.problems:
         log.warning("read problem", kind=p.kind.value, path=p.path, reason=p.reason)
     log.info("scan done", node=desired.node, findings=len(findings), residue=len(report.residue),
@@ -69,7 +68,9 @@ def cmd_scan(settings: ScanSettings) -> int:
 def cmd_clean(settings: CleanSettings) -> int:
     """One shot. Without --apply: an in-memory ledger and the dry-run executor, so nothing on the node
     or on disk changes. With --apply: the node's ledger (locked against a running agent)."""
-    executor = make_executor(settings.roots, dry_run=not settings.apply, timeout=settings.safety.command_timeout)
+    executor = make_executor(settings.roots, dry_run=not settings.apply, timeout=settings.safety.command_timeout,
+                             runtime_endpoint=settings.safety.runtime_endpoint,
+                             runtime_timeout=settings.safety.runtime_timeout)
     engine_settings = make_engine_settings(settings.safety, ONE_SHOT_PHASES)
     where: Path | str = settings.safety.ledger_path if settings.apply else ":memory:"
     try:

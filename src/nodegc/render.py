@@ -14,6 +14,7 @@ import yaml
 from nodegc.model.findings import Finding, FindingClass
 from nodegc.model.ipranges import RangeUsage
 from nodegc.model.resources import ReadProblem
+from nodegc.model.runtime import RuntimeView
 
 
 class OwnerDoc(TypedDict):
@@ -49,6 +50,7 @@ class Report:
     problems: Sequence[ReadProblem]
     ranges: Sequence[RangeUsage] = ()
     range_problems: Sequence[str] = ()
+    runtime: RuntimeView | None = None
 
     @property
     def residue(self) -> list[Finding]:
@@ -86,11 +88,39 @@ def report_doc(report: Report) -> dict[str, Any]:
         "source": report.source,
         "takenAt": report.taken_at.isoformat(),
         "summary": summary(report),
+        "runtime": runtime_doc(report.runtime),
         "findings": [finding_doc(f) for f in report.findings],
         "problems": [{"kind": p.kind.value, "path": p.path, "reason": p.reason} for p in report.problems],
         "ipRanges": [range_doc(u) for u in report.ranges],
         "ipRangeProblems": list(report.range_problems),
     }
+
+
+def runtime_doc(view: RuntimeView | None) -> dict[str, Any] | None:
+    """Which runtime answered (name, version, API version), or why it did not; None: none was read."""
+    if view is None:
+        return None
+    return {
+        "endpoint": view.endpoint,
+        "reachable": view.reachable,
+        "name": view.runtime_name,
+        "version": view.runtime_version,
+        "apiVersion": view.api_version,
+        "sandboxes": len(view.sandboxes),
+        "ready": sum(1 for sb in view.sandboxes if sb.ready),
+        "containers": len(view.containers),
+        "error": view.error,
+    }
+
+
+def runtime_line(view: RuntimeView | None) -> str:
+    if view is None:
+        return "runtime  none read (the API alone decides)"
+    if not view.reachable:
+        return f"runtime  {view.endpoint} unreachable: nothing that needs its word is acted on ({view.error})"
+    ready = sum(1 for sb in view.sandboxes if sb.ready)
+    return (f"runtime  {view.runtime_name} {view.runtime_version} (CRI {view.api_version})"
+            f"  sandboxes {len(view.sandboxes)} ({ready} ready)  containers {len(view.containers)}")
 
 
 def range_doc(u: RangeUsage) -> dict[str, Any]:
@@ -153,7 +183,8 @@ def render_table(report: Report, *, show_all: bool = False) -> str:
         for i, f in enumerate(items):
             rows.append((owner if i == 0 else "", first.owner_state.value if i == 0 else "",
                          f.cls.value, f.kind.value, f.id))
-    lines = [f"node {report.node}  source {report.source}  at {report.taken_at.isoformat(timespec='seconds')}"]
+    lines = [f"node {report.node}  source {report.source}  at {report.taken_at.isoformat(timespec='seconds')}",
+             runtime_line(report.runtime)]
     if rows:
         header = ("OWNER", "STATE", "CLASS", "KIND", "RESOURCE")
         widths = [max(len(r[i]) for r in [header, *rows]) for i in range(4)]

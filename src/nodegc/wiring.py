@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 import socket
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING
 from nodegc import defaults
 from nodegc.desired.source import DesiredSource
 from nodegc.engine.cycle import EngineSettings
+from nodegc.exitcodes import EXIT_USAGE as EXIT_USAGE_CODE
 from nodegc.ledger.store import Ledger
 from nodegc.model.pods import Pod
 from nodegc.model.resources import Kind
@@ -70,6 +72,9 @@ class SafetySettings:
     max_desired_age_seconds: float = defaults.MAX_DESIRED_AGE_SECONDS
     reclaims_per_minute: float = defaults.RECLAIMS_PER_MINUTE
     command_timeout: float = defaults.COMMAND_TIMEOUT_SECONDS
+    runtime_endpoint: str | None = None
+    """CRI endpoint; None reads no runtime (the flags default to the containerd socket)."""
+    runtime_timeout: float = defaults.RUNTIME_TIMEOUT_SECONDS
 
     @property
     def ledger_path(self) -> Path:
@@ -104,6 +109,7 @@ class AgentSettings:
     dry_run: bool = False
     metrics_address: str = defaults.AGENT_METRICS_ADDRESS
     max_cycles: int = 0
+    ledger_retention_seconds: float = defaults.LEDGER_RETENTION_SECONDS
 
 
 @dataclass(frozen=True)
@@ -142,6 +148,8 @@ def roots_from_args(args: argparse.Namespace) -> Roots:
         cni_data_dir=args.cni_data_dir,
         netns_dir=args.netns_dir,
         proc_root=args.proc_root,
+        static_pod_dir=args.static_pod_dir,
+        pod_log_dir=args.pod_log_dir,
         net_ns=args.net_ns,
     )
 
@@ -159,14 +167,32 @@ def safety_from_args(args: argparse.Namespace) -> SafetySettings:
         max_desired_age_seconds=args.max_desired_age,
         reclaims_per_minute=args.reclaims_per_minute,
         command_timeout=args.command_timeout,
+        runtime_endpoint=runtime_endpoint_from_args(args),
+        runtime_timeout=args.runtime_timeout,
     )
+
+
+def runtime_endpoint_from_args(args: argparse.Namespace) -> str | None:
+    """--runtime-endpoint, checked now so a bad one is a usage error; 'none' or empty reads no runtime."""
+    endpoint = str(getattr(args, "runtime_endpoint", "") or "").strip()
+    if endpoint.lower() in ("", "none"):
+        return None
+    from nodegc.inventory.cri.client import EndpointError, socket_path
+
+    try:
+        socket_path(endpoint)
+    except EndpointError as e:
+        print(f"nodegc: {e}", file=sys.stderr)
+        raise SystemExit(EXIT_USAGE_CODE) from e
+    return endpoint
 
 
 def scan_from_args(args: argparse.Namespace) -> ScanSettings:
     return ScanSettings(
         roots=roots_from_args(args),
         source=source_from_args(args),
-        options=ScanOptions(command_timeout=args.command_timeout, min_age_seconds=args.min_age),
+        options=ScanOptions(command_timeout=args.command_timeout, min_age_seconds=args.min_age,
+                            runtime_endpoint=runtime_endpoint_from_args(args), runtime_timeout=args.runtime_timeout),
         output=args.output,
         show_all=args.all,
     )
@@ -189,6 +215,7 @@ def agent_from_args(args: argparse.Namespace) -> AgentSettings:
         dry_run=args.dry_run,
         metrics_address=args.metrics_address,
         max_cycles=args.max_cycles,
+        ledger_retention_seconds=args.ledger_retention,
     )
 
 
@@ -204,8 +231,9 @@ def explain_from_args(args: argparse.Namespace) -> ExplainSettings:
 # -- settings -> parts ------------------------------------------------------------------------------
 
 
-def make_source(source: SourceSettings) -> DesiredSource:
-    """One list per fetch (scan, clean); the agent watches instead (make_reflector)."""
+def make_source(source: SourceSettings, *, prove_current: bool = True) -> DesiredSource:
+    """One list per fetch (scan, clean); the agent watches instead (make_reflector). `prove_current`: an
+    API list must prove it is current (the node Lease) before it may drive destructive steps."""
     node = source.node or os.environ.get("NODE_NAME")
     if source.pods_from is not None:
         from nodegc.desired.snapshot import SnapshotSource
@@ -213,7 +241,7 @@ def make_source(source: SourceSettings) -> DesiredSource:
         return SnapshotSource(source.pods_from, node)
     from nodegc.desired.kube import KubeSource
 
-    return KubeSource(source.node_name(), kubeconfig=source.kubeconfig)
+    return KubeSource(source.node_name(), kubeconfig=source.kubeconfig, prove_current=prove_current)
 
 
 def make_api_client(source: SourceSettings) -> lightkube.Client:
@@ -257,7 +285,8 @@ def make_engine_settings(safety: SafetySettings, phases: PhasePolicy) -> EngineS
         phases=phases,
         correlation=CorrelationPolicy(min_age_seconds=safety.min_age_seconds),
         blast_radius=BlastRadius(max_share=safety.max_share, allow_empty_desired=safety.allow_empty_desired),
-        scan=ScanOptions(command_timeout=safety.command_timeout, min_age_seconds=safety.min_age_seconds),
+        scan=ScanOptions(command_timeout=safety.command_timeout, min_age_seconds=safety.min_age_seconds,
+                         runtime_endpoint=safety.runtime_endpoint, runtime_timeout=safety.runtime_timeout),
         max_desired_age_seconds=safety.max_desired_age_seconds,
         reclaims_per_minute=safety.reclaims_per_minute,
     )
@@ -267,13 +296,19 @@ ONE_SHOT_PHASES = PhasePolicy(consecutive_scans=1, grace_seconds=0)
 """`clean` has no earlier scans to count: K=1 and no grace; the minimum age still protects."""
 
 
-def make_executor(roots: Roots, *, dry_run: bool, timeout: float) -> Executor:
-    return DryRunExecutor() if dry_run else HostExecutor(roots, timeout=timeout)
+def make_executor(roots: Roots, *, dry_run: bool, timeout: float, runtime_endpoint: str | None = None,
+                  runtime_timeout: float = defaults.RUNTIME_TIMEOUT_SECONDS) -> Executor:
+    if dry_run:
+        return DryRunExecutor()
+    # StopPodSandbox runs the runtime's CNI DEL: it gets the longer of the two bounds.
+    return HostExecutor(roots, timeout=timeout, runtime_endpoint=runtime_endpoint,
+                        runtime_timeout=max(timeout, runtime_timeout))
 
 
 @contextmanager
-def open_ledger(path: Path | str, *, lock: bool = True) -> Iterator[Ledger]:
-    ledger = Ledger(path, lock=lock)
+def open_ledger(path: Path | str, *, lock: bool = True, retention_seconds: float | None = None) -> Iterator[Ledger]:
+    """`retention_seconds`: the agent's pruning age; None (one-shot runs, readers) never prunes."""
+    ledger = Ledger(path, lock=lock, retention_seconds=retention_seconds)
     try:
         yield ledger
     finally:

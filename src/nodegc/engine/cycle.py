@@ -15,20 +15,24 @@ from typing import Protocol
 
 from nodegc import defaults
 from nodegc.desired.source import DesiredSource, SourceError
+from nodegc.engine.detecting import detect
 from nodegc.engine.limits import TokenBucket
 from nodegc.faults import fault_point
+from nodegc.inventory.cri.client import CRIError
+from nodegc.inventory.cri.runtimes import runtime_reader
 from nodegc.inventory.scanning import scan_node
-from nodegc.ledger.store import Ledger
+from nodegc.ledger.store import Ledger, LedgerError
 from nodegc.model.findings import Finding, FindingClass
 from nodegc.model.ipranges import RangeStatus
 from nodegc.model.items import Item, Phase
 from nodegc.model.pods import DesiredState, OwnerState, Pod
 from nodegc.model.resources import Inventory, Kind
 from nodegc.observe.logs import get_logger
-from nodegc.planning.correlate import CorrelationPolicy, correlate
+from nodegc.planning.correlate import CorrelationPolicy
 from nodegc.planning.guards import BlastRadius, blast_radius_refusal
 from nodegc.planning.ipranges import NOT_URGENT, RangeTracker, range_usage, reclaim_urgency
 from nodegc.planning.phases import (
+    INTERRUPTED_STEP_GONE,
     PhasePolicy,
     Resource,
     Transition,
@@ -39,6 +43,7 @@ from nodegc.planning.phases import (
     reconcile,
     resources,
 )
+from nodegc.planning.runtime import runtime_unusable
 from nodegc.reclaim.dispatch import Executor
 from nodegc.reclaim.outcomes import Outcome
 from nodegc.settings import Roots, ScanOptions
@@ -144,6 +149,14 @@ class Engine:
     # -- the cycle -------------------------------------------------------------------------------
 
     def cycle(self) -> CycleReport:
+        """One pass; a LedgerError (any read or write of the ledger) is counted and ends the cycle."""
+        try:
+            return self._cycle()
+        except LedgerError:
+            self.metrics.ledger_error()
+            raise
+
+    def _cycle(self) -> CycleReport:
         report = CycleReport()
         desired = self._fresh_desired(report)
         if desired is None:
@@ -202,13 +215,18 @@ class Engine:
     def _scan(self, desired: DesiredState, report: CycleReport) -> tuple[Inventory, tuple[Finding, ...]]:
         started = time.monotonic()
         inventory = self.scanner(self.roots, self.settings.scan)
-        findings = correlate(inventory, desired, now=inventory.taken_at, policy=self.settings.correlation)
+        inventory, findings = detect(inventory, desired, now=inventory.taken_at, policy=self.settings.correlation)
         counts: dict[str, int] = {}
         for p in inventory.problems:
             counts[p.kind.value] = counts.get(p.kind.value, 0) + 1
             log.warning("read problem", kind=p.kind.value, path=p.path, reason=p.reason)
         self.metrics.scanned(time.monotonic() - started, sorted(counts.items()))
         report.problems += len(inventory.problems)
+        running = sum(1 for p in desired.pods if p.state is OwnerState.LIVE and not p.host_network)
+        why = runtime_unusable(inventory.runtime, running)
+        if why:
+            # Today's rules go on; nothing that needs the runtime's word is concluded this scan.
+            self._block(report, "runtime_unavailable", why)
         return inventory, findings
 
     # -- terminate -------------------------------------------------------------------------------
@@ -242,11 +260,18 @@ class Engine:
                 if item.phase is Phase.TERMINATING and item.key not in current and item.kind not in unreadable:
                     # A crash came after the side effect and before its record: the step is done.
                     self._persist([after_attempt(item, ok=True, changed=False, lazy=False, now=now,
-                                                 detail="gone: the step completed before a restart",
-                                                 policy=self.settings.phases)], now)
+                                                 detail=INTERRUPTED_STEP_GONE, policy=self.settings.phases)], now)
                     continue
-                doubt = self._doubt(item, by_key.get(item.key), current.get(item.key))
-                if doubt is None:
+                fresh = by_key.get(item.key)
+                doubt = self._doubt(item, fresh, current.get(item.key))
+                if doubt is None and fresh is not None and fresh.sandbox:
+                    try:
+                        doubt = self._runtime_doubt(item, fresh.sandbox)
+                    except CRIError as e:
+                        self._block(report, "runtime_unavailable", f"fresh sandbox status failed: {e}")
+                        return self._checkpoint(_by_kind(verified), now)
+                owner_matters = fresh is None or not fresh.sandbox or fresh.owner_state is not OwnerState.LIVE
+                if doubt is None and owner_matters:
                     try:
                         doubt = self._owner_doubt(item, fetched)
                     except SourceError as e:
@@ -278,6 +303,23 @@ class Engine:
             return "identity changed since it was marked"
         if finding.owner.uid != item.owner_uid:
             return "owner changed since it was marked"
+        return None
+
+    def _runtime_doubt(self, item: Item, sandbox_id: str) -> str | None:
+        """A fresh PodSandboxStatus: an attachment judged by the runtime's word needs the runtime still not
+        to know its sandbox; a sandbox to remove must still exist and still be NotReady."""
+        reader = runtime_reader(self.settings.scan)
+        if reader is None:
+            return "no runtime to ask"
+        status = reader.fresh_status(sandbox_id)
+        if item.kind is not Kind.SANDBOX:
+            if status is not None:
+                return f"the runtime knows sandbox {sandbox_id[:12]} ({'READY' if status.ready else 'NotReady'})"
+            return None
+        if status is None:
+            return "the runtime no longer knows the sandbox"
+        if status.ready:
+            return "the sandbox is READY"
         return None
 
     def _owner_doubt(self, item: Item, fetched: dict[tuple[str, str], Pod | None]) -> str | None:
@@ -344,11 +386,7 @@ class Engine:
     def _persist(self, transitions: Sequence[Transition], now: float) -> None:
         if not transitions:
             return
-        try:
-            self.ledger.apply(transitions, now=now)
-        except Exception:
-            self.metrics.ledger_error()
-            raise
+        self.ledger.apply(transitions, now=now)
         for t in transitions:
             if t.phase_changed:
                 log.info("transition", item=t.item.key, kind=t.item.kind.value,
@@ -397,6 +435,6 @@ _CLOCK_TOLERANCE = 5.0
 # CNI DEL first (Debian's bridge plugin fails DEL when its chain is already gone), then what DEL left:
 # rules, the veth, the netns, and the IP last, once nothing can still carry it.
 _KIND_ORDER = {kind: i for i, kind in enumerate((
-    Kind.CNI_CACHE, Kind.HOSTPORT_RULE, Kind.IPTABLES_CHAIN, Kind.VETH, Kind.NETNS, Kind.IP_RESERVATION,
-    Kind.VOLUME_MOUNT, Kind.POD_DIR,
+    Kind.SANDBOX, Kind.CNI_CACHE, Kind.HOSTPORT_RULE, Kind.IPTABLES_CHAIN, Kind.VETH, Kind.NETNS, Kind.IP_RESERVATION,
+    Kind.VOLUME_MOUNT, Kind.POD_DIR, Kind.RUNTIME_LEFTOVER, Kind.POD_LOG_DIR, Kind.FIREWALL_RULE,
 ))}

@@ -20,6 +20,9 @@ class FindingClass(StrEnum):
     DANGLING_VETH = "dangling_veth"
     LEAKED_CHAIN = "leaked_chain"
     LEAKED_HOSTPORT_RULE = "leaked_hostport_rule"
+    ORPHANED_SANDBOX = "orphaned_sandbox"
+    RUNNING_ORPHAN = "running_orphan"
+    """A READY sandbox of a pod gone from the API: reported (Event, metric), never stopped by default."""
     CONFLICT = "conflict"
     UNKNOWN = "unknown"
 
@@ -28,7 +31,8 @@ class FindingClass(StrEnum):
         return self not in _NOT_RESIDUE
 
 
-_NOT_RESIDUE = frozenset({FindingClass.IN_USE, FindingClass.PROTECTED, FindingClass.CONFLICT, FindingClass.UNKNOWN})
+_NOT_RESIDUE = frozenset({FindingClass.IN_USE, FindingClass.PROTECTED, FindingClass.CONFLICT, FindingClass.UNKNOWN,
+                          FindingClass.RUNNING_ORPHAN})
 
 
 @dataclass(frozen=True)
@@ -58,6 +62,9 @@ class Finding:
     evidence: tuple[str, ...]
     netns: str | None = None
     ip: str | None = None
+    sandbox: str | None = None
+    """The sandbox id whose state in the container runtime this verdict rests on; terminate asks the
+    runtime again (a fresh PodSandboxStatus) instead of the owner pod's phase."""
 
     @property
     def group_key(self) -> str:

@@ -1,8 +1,9 @@
 """Join a node's inventory with the pods bound to it into findings.
 
 Pure: no I/O, no clock (``now`` is passed in). The rules follow DESIGN.md's ownership section, one module
-per domain (kubelet objects, CNI attachments); each rule ends in a class only when the evidence supports
-it, and everything else is ``unknown`` or ``protected`` so that nothing is ever reclaimed on a guess.
+per domain (kubelet objects, CNI attachments, the container runtime's word); each rule ends in a class only
+when the evidence supports it, and everything else is ``unknown`` or ``protected`` so that nothing is ever
+reclaimed on a guess.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from nodegc.model.resources import Inventory
 from nodegc.planning.context import Context, CorrelationPolicy
 from nodegc.planning.kubelet import correlate_kubelet
 from nodegc.planning.network import correlate_network
+from nodegc.planning.runtime import correlate_runtime
 
 __all__ = ["CorrelationPolicy", "correlate"]
 
@@ -29,4 +31,5 @@ def correlate(
     ctx = Context.build(inventory, desired, now, policy or CorrelationPolicy())
     correlate_kubelet(ctx)
     correlate_network(ctx)
+    correlate_runtime(ctx)
     return tuple(ctx.findings)

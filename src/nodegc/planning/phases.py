@@ -25,6 +25,12 @@ from nodegc.model.resources import (
     VethLink,
     VolumeDir,
 )
+from nodegc.model.runtime import RuntimeSandbox
+
+INTERRUPTED_STEP_GONE = ("removed by nodegc: its reclaim step was checkpointed and interrupted before the result"
+                         " was recorded; the record was written after a restart, which found the resource absent")
+"""An item found absent while TERMINATING: the checkpoint is written right before the step, so its absence is
+the step's work, not a disappearance of its own ("gone before it was reclaimed")."""
 
 _ACTIVE = frozenset({Phase.DETECTED, Phase.MARKED, Phase.TERMINATING, Phase.CLEANED, Phase.FAILED})
 
@@ -58,7 +64,8 @@ class Transition:
         return self.previous is not self.item.phase
 
 
-Resource = IPReservation | CNICacheEntry | NetnsEntry | VethLink | IptablesChain | HostportRule | PodDir | VolumeDir
+Resource = (IPReservation | CNICacheEntry | NetnsEntry | VethLink | IptablesChain | HostportRule | PodDir | VolumeDir
+            | RuntimeSandbox)
 
 
 def hostport_rule_id(rule: HostportRule) -> str:
@@ -85,6 +92,9 @@ def resources(inv: Inventory) -> dict[str, Resource]:
         for vol in d.volumes:
             if vol.mounted:
                 out[item_key(Kind.VOLUME_MOUNT, vol.path)] = vol
+    if inv.runtime is not None and inv.runtime.reachable:
+        for sb in inv.runtime.sandboxes:
+            out[item_key(Kind.SANDBOX, sb.id)] = sb
     return out
 
 
@@ -105,6 +115,10 @@ def identity_of(resource: Resource) -> Identity:
             return (("container_id", resource.container_id or ""), ("rule", resource.rule))
         case PodDir():
             return (("inode", str(resource.inode)),)
+        case RuntimeSandbox():
+            # An id the runtime reuses for another sandbox is another creation time.
+            created = resource.created_at.isoformat() if resource.created_at else ""
+            return (("sandbox_id", resource.id), ("created_at", created), ("pod_uid", resource.pod_uid))
         case VolumeDir():
             # Mount ids are recycled lowest-free-first; the filesystem type and source narrow a reuse.
             return (("mount_id", str(resource.mount_id)), ("fs_type", resource.fs_type or ""),
@@ -178,7 +192,8 @@ def reconcile(
     for key, item in items.items():
         if key in seen or item.phase.final or item.kind in unreadable:
             continue
-        reason = "confirmed absent after clean" if item.phase is Phase.CLEANED else "gone before it was reclaimed"
+        reason = {Phase.CLEANED: "confirmed absent after clean",
+                  Phase.TERMINATING: INTERRUPTED_STEP_GONE}.get(item.phase, "gone before it was reclaimed")
         out.append(Transition(dataclasses.replace(item, phase=Phase.CLOSED, last_seen=now), item.phase, reason))
     return out
 

@@ -24,6 +24,7 @@ from nodegc.model.resources import (
     VethLink,
     VolumeDir,
 )
+from nodegc.model.runtime import RuntimeSandbox
 from nodegc.observe.logs import get_logger
 from nodegc.planning.phases import Resource
 from nodegc.reclaim.outcomes import Outcome
@@ -77,6 +78,9 @@ def describe(resource: Resource) -> str:
             return f"unmount {resource.path}"
         case PodDir():
             return f"remove pod directory {resource.path}"
+        case RuntimeSandbox():
+            return (f"ask the runtime to stop, then remove sandbox {resource.id[:12]} of"
+                    f" {resource.pod_namespace}/{resource.pod_name} (CRI StopPodSandbox, RemovePodSandbox)")
 
 
 @dataclass
@@ -85,6 +89,9 @@ class HostExecutor:
     timeout: float = 30.0
     unmount_timeout: float = 10.0
     destructive: bool = True
+    runtime_endpoint: str | None = None
+    """CRI endpoint for sandboxes (StopPodSandbox, RemovePodSandbox); None: sandboxes are not touched."""
+    runtime_timeout: float = 60.0
 
     def execute(self, batch: Batch, *, on_outcome: OnOutcome) -> None:
         _HostRun(self, on_outcome).run(batch)
@@ -172,6 +179,10 @@ class _HostRun:
                 return unmount_volume(resource, proc_root=roots.proc_root, timeout=self.x.unmount_timeout)
             case PodDir():
                 return remove_pod_dir(resource, kubelet_root=roots.kubelet_root, proc_root=roots.proc_root)
+            case RuntimeSandbox():
+                from nodegc.reclaim.sandboxes import remove_sandbox
+
+                return remove_sandbox(resource, endpoint=self.x.runtime_endpoint, timeout=self.x.runtime_timeout)
         return Outcome.failed(f"no executor for {type(resource).__name__}")
 
     def rules(self, items: Sequence[tuple[Item, Resource]]) -> None:

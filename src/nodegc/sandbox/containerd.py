@@ -354,9 +354,13 @@ class SandboxContainerd:
             for point in mounts_under(path):
                 with contextlib.suppress(OSError):
                     _sys_umount(point, _MNT_DETACH)
-            if path.exists():
-                shutil.rmtree(path, ignore_errors=True)
+            # The directory stays (/run/containerd is bound to it); what is inside goes.
             path.mkdir(parents=True, exist_ok=True)
+            for child in path.iterdir():
+                if child.is_dir() and not child.is_symlink():
+                    shutil.rmtree(child, ignore_errors=True)
+                else:
+                    child.unlink(missing_ok=True)
         if metadata:
             self._images = []
 

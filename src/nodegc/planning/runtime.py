@@ -1,0 +1,220 @@
+"""Correlation with the container runtime's word: sandboxes as owners of network attachments, and as
+residue of their own.
+
+Pure: no I/O. Runs after the kubelet and network domains and revises their verdicts on attachments where
+the runtime knows better (docs/ownership.md, "With the runtime's word"):
+- anything tied to a READY sandbox is in use, whatever the API says;
+- an attachment whose container id names no sandbox the runtime knows is residue once old enough (this
+  resolves id-only host-local files and the old sandboxes of live pods after a reboot), unless a live
+  pod or a READY sandbox claims one of its IPs;
+- a netns path a sandbox names is that sandbox's;
+- an attachment of a NotReady sandbox the runtime still holds waits for the runtime's own teardown
+  (the newest sandbox of a pod still starting stays protected);
+- without a usable view (no runtime, unreachable, an empty list on a node with running pods) nothing
+  changes: today's rules stand and nothing here is concluded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import defaultdict
+
+from nodegc.model.findings import Finding, FindingClass, Owner
+from nodegc.model.pods import OwnerState
+from nodegc.model.resources import Kind
+from nodegc.model.runtime import RuntimeSandbox, RuntimeView
+from nodegc.planning.context import HOLDING, Context, short
+from nodegc.planning.owners import normalize_ip
+from nodegc.planning.phases import hostport_rule_id
+
+_RESIDUE_OF = {
+    Kind.IP_RESERVATION: FindingClass.LEAKED_IP,
+    Kind.CNI_CACHE: FindingClass.STALE_CNI_CACHE,
+    Kind.IPTABLES_CHAIN: FindingClass.LEAKED_CHAIN,
+    Kind.HOSTPORT_RULE: FindingClass.LEAKED_HOSTPORT_RULE,
+    Kind.NETNS: FindingClass.LEAKED_NETNS,
+    Kind.VETH: FindingClass.DANGLING_VETH,
+}
+
+
+def runtime_unusable(view: RuntimeView | None, ctx_pods_running: int) -> str | None:
+    """Why the runtime's view carries no evidence this scan (None: it does). No view at all is no
+    reason: the node has no runtime to ask (the offline forensic mode), and today's rules apply."""
+    if view is None:
+        return None
+    if not view.reachable:
+        return f"runtime {view.endpoint} unreachable: {view.error}"
+    if not view.sandboxes and ctx_pods_running:
+        return f"runtime {view.endpoint} lists no sandbox while {ctx_pods_running} pods run on this node"
+    return None
+
+
+def _running_pods(ctx: Context) -> int:
+    return sum(1 for p in ctx.desired.pods if p.state is OwnerState.LIVE and not p.host_network)
+
+
+def correlate_runtime(ctx: Context) -> None:
+    view = ctx.inv.runtime
+    if view is None or runtime_unusable(view, _running_pods(ctx)) is not None:
+        return
+    _Runtime(ctx, view).run()
+
+
+def _base(path: str | None) -> str | None:
+    return path.rstrip("/").rsplit("/", 1)[-1] if path else None
+
+
+class _Runtime:
+    def __init__(self, ctx: Context, view: RuntimeView) -> None:
+        self.ctx = ctx
+        self.view = view
+        self.by_id = view.by_id()
+        self.by_pod: dict[str, list[RuntimeSandbox]] = defaultdict(list)
+        for sb in view.sandboxes:
+            self.by_pod[sb.pod_uid].append(sb)
+        for sbs in self.by_pod.values():
+            sbs.sort(key=lambda s: (s.created_at.timestamp() if s.created_at else float("inf"), s.attempt))
+        self.by_netns = {b: sb for sb in view.sandboxes if (b := _base(sb.netns_path))}
+        self.ready_ips = {ip for sb in view.sandboxes if sb.ready for ip in (normalize_ip(i) for i in sb.ips) if ip}
+        photo = min(ctx.now, ctx.desired.fetched_at.timestamp())
+        read = view.read_at.timestamp() if view.read_at else ctx.now
+        self.horizon = min(photo, read) - ctx.policy.min_age_seconds
+        """Anything born after this can be younger than one of the two photographs."""
+        self.cid_of = self._container_ids()
+        inv = ctx.inv
+        known = set(self.by_id)
+        self.cri_networks = {r.network for r in inv.ip_reservations if r.container_id in known}
+        self.cri_networks |= {e.network for e in inv.cni_cache if e.container_id in known}
+
+    def run(self) -> None:
+        revised = [self._revise(f) for f in self.ctx.findings]
+        self.ctx.findings[:] = revised
+        for sb in self.view.sandboxes:
+            self.ctx.add(self._sandbox(sb))
+
+    # -- which sandbox an attachment belongs to -----------------------------------------------------
+
+    def _container_ids(self) -> dict[tuple[Kind, str], tuple[str | None, float | None, tuple[str, ...]]]:
+        """(kind, finding id) -> (sandbox id, age stamp, IPs) for every attachment of the scan."""
+        inv = self.ctx.inv
+        out: dict[tuple[Kind, str], tuple[str | None, float | None, tuple[str, ...]]] = {}
+        for r in inv.ip_reservations:
+            out[(Kind.IP_RESERVATION, f"{r.network}/{r.ip}")] = (r.container_id, r.mtime, (r.ip,))
+        for e in inv.cni_cache:
+            out[(Kind.CNI_CACHE, e.path)] = (e.container_id, e.mtime, e.ips)
+        mtimes: dict[str, float] = {}
+        for cid, mt in [(r.container_id, r.mtime) for r in inv.ip_reservations] + [
+                (e.container_id, e.mtime) for e in inv.cni_cache]:
+            if cid:
+                mtimes[cid] = max(mtimes.get(cid, mt), mt)
+        ips = {**{cid: ips for (_, _), (cid, _, ips) in out.items() if cid}}
+        for ch in inv.chains:
+            cid = ch.container_id
+            out[(Kind.IPTABLES_CHAIN, ch.name)] = (cid, mtimes.get(cid or ""), ips.get(cid or "", ()))
+        for rule in inv.hostport_rules:
+            cid = rule.container_id
+            out[(Kind.HOSTPORT_RULE, hostport_rule_id(rule))] = (cid, mtimes.get(cid or ""), ips.get(cid or "", ()))
+        for ns in inv.netns:
+            sb = self.by_netns.get(ns.name)
+            entries = self.ctx.cache.by_netns.get(ns.name, [])
+            cid = sb.id if sb else (entries[0].container_id if len({e.container_id for e in entries}) == 1 else None)
+            out[(Kind.NETNS, ns.path)] = (cid, ns.mtime, ns.addresses)
+        netns_cid = {ns.path: out[(Kind.NETNS, ns.path)] for ns in inv.netns}
+        for link in inv.veths:
+            out[(Kind.VETH, link.name)] = netns_cid.get(link.peer_netns_path or "", (None, None, ()))
+        return out
+
+    # -- attachments ------------------------------------------------------------------------------
+
+    def _revise(self, f: Finding) -> Finding:
+        if f.kind not in _RESIDUE_OF or f.cls is FindingClass.CONFLICT:
+            return f
+        cid, mtime, ips = self.cid_of.get((f.kind, f.id), (None, None, ()))
+        if f.kind is Kind.NETNS and (sb := self.by_netns.get(_base(f.id) or "")) is not None:
+            return self._tied(f, sb, f"the runtime names {f.id} as the netns of sandbox {short(sb.id)}")
+        if not cid:
+            return f
+        sb = self.by_id.get(cid)
+        if sb is not None:
+            return self._tied(f, sb, f"container id {short(cid)} is sandbox {short(cid)} in the runtime")
+        return self._unknown_to_runtime(f, cid, mtime, ips)
+
+    def _tied(self, f: Finding, sb: RuntimeSandbox, why: str) -> Finding:
+        owner = Owner(uid=sb.pod_uid or f.owner.uid, namespace=sb.pod_namespace or f.owner.namespace,
+                      name=sb.pod_name or f.owner.name, container_id=sb.id)
+        if sb.ready:
+            return dataclasses.replace(f, cls=FindingClass.IN_USE, owner=owner,
+                                       evidence=(*f.evidence, why, f"sandbox {short(sb.id)} is READY"))
+        if self._newest_of_starting_pod(sb):
+            note = f"sandbox {short(sb.id)} is NotReady but the newest of a pod still starting"
+            return dataclasses.replace(f, cls=FindingClass.PROTECTED if f.cls.is_residue else f.cls, owner=owner,
+                                       evidence=(*f.evidence, why, note))
+        # The runtime still holds the sandbox: its own teardown (StopPodSandbox runs CNI DEL) goes first.
+        note = (f"sandbox {short(sb.id)} is NotReady and still held by the runtime; its parts wait until the"
+                " runtime has removed it (orphaned_sandbox)")
+        cls = FindingClass.PROTECTED if f.cls.is_residue or f.cls is FindingClass.IN_USE else f.cls
+        return dataclasses.replace(f, cls=cls, owner=owner, evidence=(*f.evidence, why, note))
+
+    def _unknown_to_runtime(self, f: Finding, cid: str, mtime: float | None, ips: tuple[str, ...]) -> Finding:
+        network = f.id.split("/", 1)[0] if f.kind is Kind.IP_RESERVATION else None
+        if f.kind is Kind.CNI_CACHE:
+            entry = next((e for e in self.ctx.inv.cni_cache if e.path == f.id), None)
+            network = entry.network if entry else None
+        if network is not None and network not in self.cri_networks:
+            return f  # no attachment of this network belongs to a sandbox the runtime knows: not its network
+        why = f"container id {short(cid)} names no sandbox the runtime ({self._who()}) knows"
+        normalized = [ip for ip in (normalize_ip(i) for i in ips) if ip]
+        claimed = [ip for ip in normalized if ip in self.ctx.pods.claims or ip in self.ready_ips]
+        if claimed:
+            return dataclasses.replace(f, evidence=(*f.evidence, why, f"but {claimed[0]} is a live pod's address"))
+        owner = dataclasses.replace(f.owner, container_id=cid)
+        if mtime is None or mtime > self.horizon:
+            note = "younger than the runtime's and the API's photographs allow to judge"
+            cls = FindingClass.PROTECTED if f.cls.is_residue or f.cls in (
+                FindingClass.IN_USE, FindingClass.UNKNOWN) else f.cls
+            return dataclasses.replace(f, cls=cls, owner=owner, evidence=(*f.evidence, why, note))
+        return dataclasses.replace(f, cls=_RESIDUE_OF[f.kind], owner=owner, sandbox=cid,
+                                   owner_state=f.owner_state if f.owner_state is not OwnerState.UNKNOWN
+                                   else OwnerState.ABSENT, evidence=(*f.evidence, why))
+
+    def _who(self) -> str:
+        return f"{self.view.runtime_name or 'runtime'} {self.view.runtime_version or ''}".strip()
+
+    def _newest_of_starting_pod(self, sb: RuntimeSandbox) -> bool:
+        pod = self.ctx.pods.by_uid.get(sb.pod_uid)
+        if pod is None or pod.state not in HOLDING:
+            return False
+        return self.by_pod[sb.pod_uid][-1].id == sb.id and pod.state is not OwnerState.LIVE
+
+    # -- the sandboxes themselves -------------------------------------------------------------------
+
+    def _sandbox(self, sb: RuntimeSandbox) -> Finding:
+        pod = self.ctx.pods.by_uid.get(sb.pod_uid)
+        owner = Owner(uid=sb.pod_uid or None, namespace=sb.pod_namespace or None, name=sb.pod_name or None,
+                      container_id=sb.id)
+        state = pod.state if pod is not None else OwnerState.ABSENT
+        made = sb.created_at.timestamp() if sb.created_at else None
+        young = made is None or made > self.horizon
+        evidence: tuple[str, ...] = (f"sandbox {short(sb.id)} of {owner.label()} is "
+                                     f"{'READY' if sb.ready else 'NotReady'} in {self._who()}",)
+        def finding(cls: FindingClass, *notes: str, sandbox: str | None = None) -> Finding:
+            return Finding(cls, Kind.SANDBOX, sb.id, owner, state, (*evidence, *notes),
+                           netns=sb.netns_path, ip=sb.ips[0] if sb.ips else None, sandbox=sandbox)
+        if sb.ready:
+            if pod is None and not young:
+                return finding(FindingClass.RUNNING_ORPHAN, "its pod is not in the API: reported, not stopped")
+            return finding(FindingClass.IN_USE if pod is not None else FindingClass.PROTECTED,
+                           "READY" if pod is not None else "its pod is not in the API yet or any more (young)")
+        running = [c for c in self.view.containers if c.sandbox_id == sb.id and c.state in ("running", "created")]
+        if running:
+            return finding(FindingClass.UNKNOWN, f"NotReady, yet {len(running)} of its containers are not exited")
+        if young:
+            return finding(FindingClass.PROTECTED, "NotReady, but younger than the photographs allow to judge")
+        if pod is None:
+            return finding(FindingClass.ORPHANED_SANDBOX, "NotReady and its pod is not in the API", sandbox=sb.id)
+        if pod.state is OwnerState.TERMINAL:
+            return finding(FindingClass.ORPHANED_SANDBOX, f"NotReady and its pod is {pod.phase}", sandbox=sb.id)
+        if self.by_pod[sb.pod_uid][-1].id != sb.id:
+            return finding(FindingClass.ORPHANED_SANDBOX, "NotReady and not its live pod's newest sandbox",
+                           sandbox=sb.id)
+        return finding(FindingClass.PROTECTED, "NotReady, the newest sandbox of a pod that still exists")
