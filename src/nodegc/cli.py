@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import io
 import sys
 from collections.abc import Sequence
 
@@ -39,6 +40,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     parser.prog = prog_name(sys.argv[0] if argv is None else "nodegc")
     args = parser.parse_args(words)
+    # Text that is not valid Unicode (a lone surrogate in a name) is printed escaped, never a crash.
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors="backslashreplace")
     if args.command == "completion":
         from nodegc.completion import script
 

@@ -127,8 +127,8 @@ def unseen(roots: Roots, inventory: Inventory, desired: DesiredState) -> list[st
 
 
 def cmd_scan(settings: ScanSettings) -> int:
+    from nodegc.engine.detecting import detect
     from nodegc.inventory.scanning import scan_node
-    from nodegc.planning.correlate import correlate
     from nodegc.planning.ipranges import range_usage
     from nodegc.render import Report, render_json, render_table, render_yaml
 
@@ -141,9 +141,8 @@ def cmd_scan(settings: ScanSettings) -> int:
     except SourceError as e:
         return fail(f"cannot read the pods bound to this node: {e}", hint=source_hint(settings.source, str(e)),
                     code=EXIT_SOURCE)
-    inventory = scan_node(settings.roots, settings.options)
-    findings = correlate(inventory, desired, now=datetime.now(UTC),
-                         policy=CorrelationPolicy(min_age_seconds=settings.options.min_age_seconds))
+    inventory, findings = detect(scan_node(settings.roots, settings.options), desired, now=datetime.now(UTC),
+                                 policy=CorrelationPolicy(min_age_seconds=settings.options.min_age_seconds))
     blind = unseen(settings.roots, inventory, desired)
     report = Report(node=desired.node, source=desired.source, taken_at=inventory.taken_at,
                     findings=findings, problems=inventory.problems, unseen=tuple(blind),

@@ -203,6 +203,10 @@ def add_root_flags(p: argparse.ArgumentParser) -> None:
                    help="named network namespaces")
     g.add_argument("--proc-root", type=Path, default=Path(defaults.PROC_ROOT), metavar="DIR",
                    help="mountinfo is read from <proc-root>/self/mountinfo")
+    g.add_argument("--static-pod-dir", type=Path, default=Path(defaults.STATIC_POD_DIR), metavar="DIR",
+                   help="the kubelet's staticPodPath: what a manifest there declares is never reclaimed")
+    g.add_argument("--pod-log-dir", type=Path, default=Path(defaults.POD_LOG_DIR), metavar="DIR",
+                   help="the kubelet's per-pod log directories")
     g.add_argument("--net-ns", type=Path, default=None, metavar="FILE",
                    help="read links and iptables in this network namespace (default: the one nodegc runs in)")
 
@@ -260,6 +264,8 @@ def add_agent_flags(agent: argparse.ArgumentParser) -> None:
     agent.add_argument("--dry-run", action="store_true", help="run every phase but reclaim nothing")
     agent.add_argument("--metrics-address", type=address, default=defaults.AGENT_METRICS_ADDRESS,
                        metavar="HOST:PORT", help="metrics, /healthz and /readyz; empty to disable")
+    agent.add_argument("--ledger-retention", type=seconds(">", 0), default=defaults.LEDGER_RETENTION_SECONDS,
+                       metavar="DURATION", help="prune closed items and history older than this, e.g. 30d, 12h")
     agent.add_argument("--max-cycles", type=count(0), default=0, help=argparse.SUPPRESS)
 
 
