@@ -9,8 +9,8 @@ controller.py, and none of them imports this module. Installed as `nodegc` and a
 from __future__ import annotations
 
 import argparse
-import os
 import io
+import os
 import sys
 from collections.abc import Sequence
 

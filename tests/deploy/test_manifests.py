@@ -170,7 +170,9 @@ def test_helm_lint(helm: str) -> None:
 def test_chart_renders_valid_objects(charted: list[Obj], helm: str) -> None:
     validate(charted)
     defaults = helm_template(helm)
-    assert not {"ServiceMonitor", "PrometheusRule", "ConfigMap"} & {o["kind"] for o in defaults}
+    assert not {"ServiceMonitor", "PrometheusRule"} & {o["kind"] for o in defaults}
+    # The one ConfigMap by default is the agent's config file, not the (optional) dashboard.
+    assert [o["metadata"]["name"] for o in defaults if o["kind"] == "ConfigMap"] == ["nodegc-agent-config"]
     validate(defaults)
 
 
