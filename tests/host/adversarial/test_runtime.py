@@ -36,7 +36,7 @@ class CountingMetrics(NullMetrics):
         self.blocks.append(reason)
 
 
-def _engine(node: SandboxNode, rt: SandboxContainerd, snap: Path, ledger: Ledger, metrics: CountingMetrics,
+def _engine(node: SandboxNode, rt: SandboxContainerd, snap: Path, ledger: Ledger, metrics: CountingMetrics, *,
             scanner: Callable[[Roots, ScanOptions], Inventory] = scan_node) -> Engine:
     settings = EngineSettings(phases=PhasePolicy(consecutive_scans=1, grace_seconds=0),
                               correlation=CorrelationPolicy(min_age_seconds=0),
@@ -61,7 +61,7 @@ def _reboot_with_live_pod(node: SandboxNode, rt: SandboxContainerd, tmp: Path) -
 
 def test_an_empty_list_on_a_node_with_running_pods_decides_nothing(containerd_node: Runtime, tmp_path: Path) -> None:
     node, rt = containerd_node
-    old, old_ip, new, snap = _reboot_with_live_pod(node, rt, tmp_path)
+    _, old_ip, _, snap = _reboot_with_live_pod(node, rt, tmp_path)
     # The runtime loses its metadata again and answers an empty list while the API shows a running pod.
     rt.kill()
     rt.wipe_state(metadata=True)
