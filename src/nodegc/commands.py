@@ -41,7 +41,7 @@ def cmd_scan(settings: ScanSettings) -> int:
     from nodegc.planning.ipranges import range_usage
     from nodegc.render import Report, render_json, render_table, render_yaml
 
-    source = make_source(settings.source)
+    source = make_source(settings.source, prove_current=False)  # read only: no destructive step follows
     try:
         desired = source.fetch()
     except SourceError as e:

@@ -227,8 +227,9 @@ def explain_from_args(args: argparse.Namespace) -> ExplainSettings:
 # -- settings -> parts ------------------------------------------------------------------------------
 
 
-def make_source(source: SourceSettings) -> DesiredSource:
-    """One list per fetch (scan, clean); the agent watches instead (make_reflector)."""
+def make_source(source: SourceSettings, *, prove_current: bool = True) -> DesiredSource:
+    """One list per fetch (scan, clean); the agent watches instead (make_reflector). `prove_current`: an
+    API list must prove it is current (the node Lease) before it may drive destructive steps."""
     node = source.node or os.environ.get("NODE_NAME")
     if source.pods_from is not None:
         from nodegc.desired.snapshot import SnapshotSource
@@ -236,7 +237,7 @@ def make_source(source: SourceSettings) -> DesiredSource:
         return SnapshotSource(source.pods_from, node)
     from nodegc.desired.kube import KubeSource
 
-    return KubeSource(source.node_name(), kubeconfig=source.kubeconfig)
+    return KubeSource(source.node_name(), kubeconfig=source.kubeconfig, prove_current=prove_current)
 
 
 def make_api_client(source: SourceSettings) -> lightkube.Client:

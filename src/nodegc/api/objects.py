@@ -205,3 +205,18 @@ def _slice_str(section: Mapping[str, Any], key: str, what: str) -> str | None:
     if not isinstance(value, str):
         raise ValueError(f"{what}: {key} is a {type(value).__name__}, not a string")
     return value
+
+
+# ------------------------------------------------------------------------------------------- versions
+
+
+def resource_version_number(rv: object) -> int | None:
+    """resourceVersions are opaque, but every real server uses etcd revisions; None when not a number."""
+    if not isinstance(rv, str) or not rv.isdigit():
+        return None
+    return int(rv)
+
+
+def object_resource_version(obj: Mapping[str, Any]) -> int | None:
+    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+    return resource_version_number(meta.get("resourceVersion")) if isinstance(meta, Mapping) else None
