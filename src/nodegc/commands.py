@@ -36,8 +36,8 @@ log = get_logger("nodegc.commands")
 
 
 def cmd_scan(settings: ScanSettings) -> int:
+    from nodegc.engine.detecting import detect
     from nodegc.inventory.scanning import scan_node
-    from nodegc.planning.correlate import correlate
     from nodegc.planning.ipranges import range_usage
     from nodegc.render import Report, render_json, render_table, render_yaml
 
@@ -48,9 +48,8 @@ def cmd_scan(settings: ScanSettings) -> int:
         log.error("desired state unavailable", source=source.name, error=str(e))
         print(f"nodegc: cannot read the pods bound to this node: {e}", file=sys.stderr)
         return EXIT_SOURCE
-    inventory = scan_node(settings.roots, settings.options)
-    findings = correlate(inventory, desired, now=datetime.now(UTC),
-                         policy=CorrelationPolicy(min_age_seconds=settings.options.min_age_seconds))
+    inventory, findings = detect(scan_node(settings.roots, settings.options), desired, now=datetime.now(UTC),
+                                 policy=CorrelationPolicy(min_age_seconds=settings.options.min_age_seconds))
     report = Report(node=desired.node, source=desired.source, taken_at=inventory.taken_at,
                     findings=findings, problems=inventory.problems, ranges=range_usage(inventory, findings),
                     range_problems=inventory.ip_range_problems, runtime=inventory.runtime)

@@ -86,6 +86,11 @@ def add_root_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--cni-data-dir", type=Path, default=Path(defaults.CNI_DATA_DIR), metavar="DIR")
     g.add_argument("--netns-dir", type=Path, default=Path(defaults.NETNS_DIR), metavar="DIR")
     g.add_argument("--proc-root", type=Path, default=Path(defaults.PROC_ROOT), metavar="DIR")
+    g.add_argument("--static-pod-dir", type=Path, default=Path(defaults.STATIC_POD_DIR), metavar="DIR",
+                   help="the kubelet's staticPodPath: what a manifest there declares is never reclaimed"
+                        f" (default: {defaults.STATIC_POD_DIR})")
+    g.add_argument("--pod-log-dir", type=Path, default=Path(defaults.POD_LOG_DIR), metavar="DIR",
+                   help=f"the kubelet's per-pod log directories (default: {defaults.POD_LOG_DIR})")
     g.add_argument("--net-ns", type=Path, default=None, metavar="FILE",
                    help="read links and iptables in this network namespace (default: the one nodegc runs in)")
 
@@ -137,6 +142,9 @@ def add_agent_flags(agent: argparse.ArgumentParser) -> None:
     agent.add_argument("--dry-run", action="store_true", help="run every phase but reclaim nothing")
     agent.add_argument("--metrics-address", default=defaults.AGENT_METRICS_ADDRESS, metavar="HOST:PORT",
                        help="Prometheus metrics endpoint; empty to disable (default: %(default)s)")
+    agent.add_argument("--ledger-retention", type=retention, default=defaults.LEDGER_RETENTION_SECONDS,
+                       metavar="DURATION",
+                       help="prune closed items and history older than this, e.g. 30d, 12h (default: 30d)")
     agent.add_argument("--max-cycles", type=int, default=0, help=argparse.SUPPRESS)
 
 
@@ -191,3 +199,11 @@ def duration(text: str) -> float:
         return float(text)
     except ValueError as e:
         raise argparse.ArgumentTypeError(f"not a duration: {text!r} (e.g. 90s, 30m, 2h)") from e
+
+
+
+def retention(text: str) -> float:
+    seconds = duration(text)
+    if not seconds > 0:
+        raise argparse.ArgumentTypeError(f"a retention must be a positive duration: {text!r}")
+    return seconds
