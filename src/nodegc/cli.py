@@ -7,6 +7,7 @@ controller.py, and none of them imports this module.
 
 from __future__ import annotations
 
+import io
 import sys
 from collections.abc import Sequence
 
@@ -28,6 +29,10 @@ __all__ = ["EXIT_BLOCKED", "EXIT_CLEAN", "EXIT_ERROR", "EXIT_INTERRUPTED", "EXIT
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    # Text that is not valid Unicode (a lone surrogate in a name) is printed escaped, never a crash.
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors="backslashreplace")
     from nodegc.observe.logs import configure_logging
 
     fmt = {"auto": None, "json": True, "console": False}[args.log_format]

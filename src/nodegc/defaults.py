@@ -22,6 +22,9 @@ POD_LOG_DIR = "/var/log/pods"
 STATE_DIR = "/var/lib/nodegc"
 LEDGER_FILE = "ledger.db"
 
+LEDGER_RETENTION_SECONDS = 30 * 86400.0
+"""The agent prunes closed items and history rows older than this (--ledger-retention)."""
+
 # -- scan ------------------------------------------------------------------------------------------
 MIN_AGE_SECONDS = 60.0
 """Resources younger than this are protected: the creation race (reservation before pod status)."""

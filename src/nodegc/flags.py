@@ -142,6 +142,9 @@ def add_agent_flags(agent: argparse.ArgumentParser) -> None:
     agent.add_argument("--dry-run", action="store_true", help="run every phase but reclaim nothing")
     agent.add_argument("--metrics-address", default=defaults.AGENT_METRICS_ADDRESS, metavar="HOST:PORT",
                        help="Prometheus metrics endpoint; empty to disable (default: %(default)s)")
+    agent.add_argument("--ledger-retention", type=retention, default=defaults.LEDGER_RETENTION_SECONDS,
+                       metavar="DURATION",
+                       help="prune closed items and history older than this, e.g. 30d, 12h (default: 30d)")
     agent.add_argument("--max-cycles", type=int, default=0, help=argparse.SUPPRESS)
 
 
@@ -196,3 +199,11 @@ def duration(text: str) -> float:
         return float(text)
     except ValueError as e:
         raise argparse.ArgumentTypeError(f"not a duration: {text!r} (e.g. 90s, 30m, 2h)") from e
+
+
+
+def retention(text: str) -> float:
+    seconds = duration(text)
+    if not seconds > 0:
+        raise argparse.ArgumentTypeError(f"a retention must be a positive duration: {text!r}")
+    return seconds

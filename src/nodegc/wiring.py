@@ -109,6 +109,7 @@ class AgentSettings:
     dry_run: bool = False
     metrics_address: str = defaults.AGENT_METRICS_ADDRESS
     max_cycles: int = 0
+    ledger_retention_seconds: float = defaults.LEDGER_RETENTION_SECONDS
 
 
 @dataclass(frozen=True)
@@ -214,6 +215,7 @@ def agent_from_args(args: argparse.Namespace) -> AgentSettings:
         dry_run=args.dry_run,
         metrics_address=args.metrics_address,
         max_cycles=args.max_cycles,
+        ledger_retention_seconds=args.ledger_retention,
     )
 
 
@@ -304,8 +306,9 @@ def make_executor(roots: Roots, *, dry_run: bool, timeout: float, runtime_endpoi
 
 
 @contextmanager
-def open_ledger(path: Path | str, *, lock: bool = True) -> Iterator[Ledger]:
-    ledger = Ledger(path, lock=lock)
+def open_ledger(path: Path | str, *, lock: bool = True, retention_seconds: float | None = None) -> Iterator[Ledger]:
+    """`retention_seconds`: the agent's pruning age; None (one-shot runs, readers) never prunes."""
+    ledger = Ledger(path, lock=lock, retention_seconds=retention_seconds)
     try:
         yield ledger
     finally:

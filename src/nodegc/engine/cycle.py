@@ -21,7 +21,7 @@ from nodegc.faults import fault_point
 from nodegc.inventory.cri.client import CRIError
 from nodegc.inventory.cri.runtimes import runtime_reader
 from nodegc.inventory.scanning import scan_node
-from nodegc.ledger.store import Ledger
+from nodegc.ledger.store import Ledger, LedgerError
 from nodegc.model.findings import Finding, FindingClass
 from nodegc.model.ipranges import RangeStatus
 from nodegc.model.items import Item, Phase
@@ -32,6 +32,7 @@ from nodegc.planning.correlate import CorrelationPolicy
 from nodegc.planning.guards import BlastRadius, blast_radius_refusal
 from nodegc.planning.ipranges import NOT_URGENT, RangeTracker, range_usage, reclaim_urgency
 from nodegc.planning.phases import (
+    INTERRUPTED_STEP_GONE,
     PhasePolicy,
     Resource,
     Transition,
@@ -148,6 +149,14 @@ class Engine:
     # -- the cycle -------------------------------------------------------------------------------
 
     def cycle(self) -> CycleReport:
+        """One pass; a LedgerError (any read or write of the ledger) is counted and ends the cycle."""
+        try:
+            return self._cycle()
+        except LedgerError:
+            self.metrics.ledger_error()
+            raise
+
+    def _cycle(self) -> CycleReport:
         report = CycleReport()
         desired = self._fresh_desired(report)
         if desired is None:
@@ -251,8 +260,7 @@ class Engine:
                 if item.phase is Phase.TERMINATING and item.key not in current and item.kind not in unreadable:
                     # A crash came after the side effect and before its record: the step is done.
                     self._persist([after_attempt(item, ok=True, changed=False, lazy=False, now=now,
-                                                 detail="gone: the step completed before a restart",
-                                                 policy=self.settings.phases)], now)
+                                                 detail=INTERRUPTED_STEP_GONE, policy=self.settings.phases)], now)
                     continue
                 fresh = by_key.get(item.key)
                 doubt = self._doubt(item, fresh, current.get(item.key))
@@ -378,11 +386,7 @@ class Engine:
     def _persist(self, transitions: Sequence[Transition], now: float) -> None:
         if not transitions:
             return
-        try:
-            self.ledger.apply(transitions, now=now)
-        except Exception:
-            self.metrics.ledger_error()
-            raise
+        self.ledger.apply(transitions, now=now)
         for t in transitions:
             if t.phase_changed:
                 log.info("transition", item=t.item.key, kind=t.item.kind.value,
