@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from nodegc.desired.source import DesiredSource, SourceError
 from nodegc.engine.cycle import CycleReport, Engine
-from nodegc.exitcodes import EXIT_BLOCKED, EXIT_CLEAN, EXIT_SOURCE, EXIT_USAGE
+from nodegc.exitcodes import EXIT_BLOCKED, EXIT_CLEAN, EXIT_ERROR, EXIT_SOURCE, EXIT_USAGE
 from nodegc.kube.events import EventRecorder, EventType, ObjectRef
 from nodegc.kube.nodes import NodeConditionWriter
 from nodegc.ledger.store import LedgerError, LedgerLocked
@@ -166,7 +166,8 @@ def cmd_agent(settings: AgentSettings) -> int:
             if server is not None:
                 cleanup.callback(server.shutdown)
             source, events, conditions = _desired(settings, node, wakeups, cleanup)
-            ledger = cleanup.enter_context(open_ledger(settings.safety.ledger_path))
+            ledger = cleanup.enter_context(open_ledger(settings.safety.ledger_path,
+                                                       retention_seconds=settings.ledger_retention_seconds))
         except (HealthServerError, ValueError) as e:
             print(f"nodegc: cannot serve metrics and health on {settings.metrics_address}: {e}", file=sys.stderr)
             return EXIT_USAGE
@@ -176,6 +177,9 @@ def cmd_agent(settings: AgentSettings) -> int:
         except LedgerLocked as e:
             print(f"nodegc: {e}", file=sys.stderr)
             return EXIT_BLOCKED
+        except LedgerError as e:
+            print(f"nodegc: {e}", file=sys.stderr)
+            return EXIT_ERROR
         engine = Engine(roots=roots, source=source, ledger=ledger, executor=executor, settings=engine_settings,
                         metrics=metrics)
         log.info("agent started", node=node, interval=settings.interval, dry_run=settings.dry_run,

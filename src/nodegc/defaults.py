@@ -13,10 +13,17 @@ CNI_BIN_DIRS: tuple[str, ...] = ("/opt/cni/bin",)
 CNI_DATA_DIR = "/var/lib/cni"
 NETNS_DIR = "/run/netns"
 PROC_ROOT = "/proc"
+STATIC_POD_DIR = "/etc/kubernetes/manifests"
+"""The kubelet's staticPodPath: pods declared there run without (or before) a mirror in the API."""
+POD_LOG_DIR = "/var/log/pods"
+"""The kubelet's per-pod log directories (`<namespace>_<name>_<uid>`)."""
 
 # -- state -----------------------------------------------------------------------------------------
 STATE_DIR = "/var/lib/nodegc"
 LEDGER_FILE = "ledger.db"
+
+LEDGER_RETENTION_SECONDS = 30 * 86400.0
+"""The agent prunes closed items and history rows older than this (--ledger-retention)."""
 
 # -- scan ------------------------------------------------------------------------------------------
 MIN_AGE_SECONDS = 60.0

@@ -16,6 +16,10 @@ class Roots:
     cni_data_dir: Path = Path(defaults.CNI_DATA_DIR)
     netns_dir: Path = Path(defaults.NETNS_DIR)
     proc_root: Path = Path(defaults.PROC_ROOT)
+    static_pod_dir: Path = Path(defaults.STATIC_POD_DIR)
+    """The kubelet's staticPodPath: pods declared there run without (or before) a mirror in the API."""
+    pod_log_dir: Path = Path(defaults.POD_LOG_DIR)
+    """The kubelet's per-pod log directories (`<namespace>_<name>_<uid>`)."""
     net_ns: Path | None = None
     """Network namespace whose links and iptables are read; None is the one nodegc runs in."""
 

@@ -109,6 +109,7 @@ class AgentSettings:
     dry_run: bool = False
     metrics_address: str = defaults.AGENT_METRICS_ADDRESS
     max_cycles: int = 0
+    ledger_retention_seconds: float = defaults.LEDGER_RETENTION_SECONDS
 
 
 @dataclass(frozen=True)
@@ -130,6 +131,7 @@ class HistorySettings:
 class ExplainSettings:
     item: str
     state_dir: Path = Path(defaults.STATE_DIR)
+    output: str = "table"
 
     @property
     def ledger_path(self) -> Path:
@@ -147,6 +149,8 @@ def roots_from_args(args: argparse.Namespace) -> Roots:
         cni_data_dir=args.cni_data_dir,
         netns_dir=args.netns_dir,
         proc_root=args.proc_root,
+        static_pod_dir=args.static_pod_dir,
+        pod_log_dir=args.pod_log_dir,
         net_ns=args.net_ns,
     )
 
@@ -212,6 +216,7 @@ def agent_from_args(args: argparse.Namespace) -> AgentSettings:
         dry_run=args.dry_run,
         metrics_address=args.metrics_address,
         max_cycles=args.max_cycles,
+        ledger_retention_seconds=args.ledger_retention,
     )
 
 
@@ -221,22 +226,49 @@ def history_from_args(args: argparse.Namespace) -> HistorySettings:
 
 
 def explain_from_args(args: argparse.Namespace) -> ExplainSettings:
-    return ExplainSettings(item=args.item, state_dir=args.state_dir)
+    return ExplainSettings(item=args.item, state_dir=args.state_dir, output=args.output)
 
 
 # -- settings -> parts ------------------------------------------------------------------------------
 
 
-def make_source(source: SourceSettings) -> DesiredSource:
-    """One list per fetch (scan, clean); the agent watches instead (make_reflector)."""
+def make_source(source: SourceSettings, *, prove_current: bool = True) -> DesiredSource:
+    """One list per fetch (scan, clean); the agent watches instead (make_reflector). `prove_current`: an
+    API list must prove it is current (the node Lease) before it may drive destructive steps."""
     node = source.node or os.environ.get("NODE_NAME")
+    if source.pods_from is not None and str(source.pods_from) == STDIN:
+        return stdin_snapshot(node)
     if source.pods_from is not None:
         from nodegc.desired.snapshot import SnapshotSource
 
         return SnapshotSource(source.pods_from, node)
     from nodegc.desired.kube import KubeSource
 
-    return KubeSource(source.node_name(), kubeconfig=source.kubeconfig)
+    return KubeSource(source.node_name(), kubeconfig=source.kubeconfig, prove_current=prove_current)
+
+
+STDIN = "-"
+
+
+def stdin_snapshot(node: str | None) -> DesiredSource:
+    """`--pods-from -`: stdin read once, kept in a private file dated 1970. Nobody knows when a piped list
+    was taken, so it never counts as fresh: a scan reports on it, a dry run plans on it (marked stale),
+    and nothing destructive ever acts on it."""
+    import atexit
+    import shutil
+    import sys
+    import tempfile
+
+    from nodegc.desired.snapshot import SnapshotSource
+
+    scratch = Path(tempfile.mkdtemp(prefix="nodegc-stdin-"))
+    atexit.register(shutil.rmtree, scratch, ignore_errors=True)
+    path = scratch / "pods"
+    path.write_bytes(sys.stdin.buffer.read())
+    os.utime(path, (0, 0))
+    source = SnapshotSource(path, node)
+    source.name = "snapshot:-"
+    return source
 
 
 def make_api_client(source: SourceSettings) -> lightkube.Client:
@@ -301,8 +333,9 @@ def make_executor(roots: Roots, *, dry_run: bool, timeout: float, runtime_endpoi
 
 
 @contextmanager
-def open_ledger(path: Path | str, *, lock: bool = True) -> Iterator[Ledger]:
-    ledger = Ledger(path, lock=lock)
+def open_ledger(path: Path | str, *, lock: bool = True, retention_seconds: float | None = None) -> Iterator[Ledger]:
+    """`retention_seconds`: the agent's pruning age; None (one-shot runs, readers) never prunes."""
+    ledger = Ledger(path, lock=lock, retention_seconds=retention_seconds)
     try:
         yield ledger
     finally:

@@ -12,7 +12,8 @@ Layout:
   than the retained window is answered with 410 Gone.
 - `Router`: (method, path pattern) -> handler; handlers return a `Reply`, a `WatchStream` or raise
   `ApiFailure`.
-- `FakeKubeAPI`: the server thread, fault injection, request recording and test helpers.
+- `FakeKubeAPI`: the server thread, fault injection, request recording and test helpers; node Leases
+  in kube-node-lease renewed by simulated kubelets (`kubelets=`, `start_kubelet`, `renew_node_lease`).
 """
 
 from __future__ import annotations
@@ -201,6 +202,7 @@ ENDPOINTSLICES = ResourceType(
     "discovery.k8s.io", "v1", "endpointslices", "EndpointSlice", fields=("addressType",)
 )
 LEASES = ResourceType("coordination.k8s.io", "v1", "leases", "Lease")
+NODE_LEASE_NAMESPACE = "kube-node-lease"
 NODES = ResourceType(
     "", "v1", "nodes", "Node", fields=("spec.unschedulable",),
     merge_keys={"status.conditions": "type", "status.addresses": "type"}, namespaced=False,
@@ -865,6 +867,8 @@ class ResourceAPI:
         )
 
     def get(self, req: Request) -> Reply:
+        if self.rt is LEASES and req.params["namespace"] == NODE_LEASE_NAMESPACE:
+            self.api._kubelet_renews(req.params["name"])
         obj = self.store.get(self.rt, req.params["namespace"], req.params["name"])
         if obj is None:
             raise ApiFailure(404, f'{self.rt.plural} "{req.params["name"]}" not found')
@@ -1053,6 +1057,7 @@ class FakeKubeAPI:
         require_auth: bool = True,
         bookmark_interval: float = 1.0,
         history_limit: int = 1000,
+        kubelets: Iterable[str] = (),
     ) -> None:
         self.token = token
         self.require_auth = require_auth
@@ -1067,6 +1072,7 @@ class FakeKubeAPI:
         self._failures: list[_FailureRule] = []
         self._delay = 0.0
         self._stale: list[StaleList] = []
+        self._kubelets: set[str] = set(kubelets)
         self._drop_generation = 0
         self._expire_generation = 0
         self._stall_until = 0.0
@@ -1140,6 +1146,33 @@ class FakeKubeAPI:
     @property
     def resource_version(self) -> int:
         return self.store.resource_version
+
+    # node leases (what a kubelet writes)
+
+    def renew_node_lease(self, node: str, *, at: datetime | None = None) -> JSON:
+        """The kubelet of `node` renews its Lease in kube-node-lease (renewTime `at`, default now)."""
+        when = (at or datetime.now(UTC)).astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        return self.store.put({
+            "metadata": {"name": node, "namespace": NODE_LEASE_NAMESPACE},
+            "spec": {"holderIdentity": node, "leaseDurationSeconds": 40, "renewTime": when},
+        }, LEASES)
+
+    def start_kubelet(self, node: str) -> None:
+        """From now on the Lease of `node` is renewed right before every GET of it, as a kubelet renewing
+        every 10 s would have done moments before (`kubelets=` in the constructor does the same)."""
+        with self._lock:
+            self._kubelets.add(node)
+
+    def stop_kubelet(self, node: str) -> None:
+        """The Lease of `node` is no longer renewed (a stopped kubelet, or a node gone)."""
+        with self._lock:
+            self._kubelets.discard(node)
+
+    def _kubelet_renews(self, node: str) -> None:
+        with self._lock:
+            running = node in self._kubelets
+        if running:
+            self.renew_node_lease(node)
 
     # faults
 

@@ -91,14 +91,24 @@ def test_pending_pod_named_by_cache_is_in_use() -> None:
 
 
 def test_reservation_without_cache_follows_status() -> None:
-    inv = Inventory(taken_at=NOW, ip_reservations=(reservation("10.0.0.2", "c1"), reservation("10.0.0.3", "c2")))
+    # The running pod is accounted for by its own cache entry, so c2's reservation is nobody's.
+    inv = Inventory(taken_at=NOW, ip_reservations=(reservation("10.0.0.2", "c1"), reservation("10.0.0.3", "c2")),
+                    cni_cache=(cache("c1", uid="u1", ip="10.0.0.2"),))
     f = run(inv, pod("p", "u1", ip="10.0.0.2"))
     assert classes(f, Kind.IP_RESERVATION) == [FindingClass.IN_USE, FindingClass.LEAKED_IP]
 
 
+def test_reservation_without_cache_kept_while_a_running_pod_is_unaccounted() -> None:
+    # No cache entry leads to the running pod: c2 may be its sandbox being re-created, or its entry lost.
+    inv = Inventory(taken_at=NOW, ip_reservations=(reservation("10.0.0.2", "c1"), reservation("10.0.0.3", "c2")))
+    f = run(inv, pod("p", "u1", ip="10.0.0.2"))
+    assert classes(f, Kind.IP_RESERVATION) == [FindingClass.IN_USE, FindingClass.PROTECTED]
+
+
 def test_secondary_network_without_cache_is_unknown() -> None:
     inv = Inventory(taken_at=NOW, ip_reservations=(reservation("10.0.0.2", "c1"),
-                                                   reservation("192.168.5.4", "c9", network="storage")))
+                                                   reservation("192.168.5.4", "c9", network="storage")),
+                    cni_cache=(cache("c1", uid="u1", ip="10.0.0.2"),))
     f = run(inv, pod("p", "u1", ip="10.0.0.2"))
     assert classes(f, Kind.IP_RESERVATION) == [FindingClass.IN_USE, FindingClass.UNKNOWN]
 

@@ -232,7 +232,8 @@ def test_an_endpoint_of_a_live_pod_holding_its_address_is_never_stale(
             assert not (same and holds and owner.phase not in ("Succeeded", "Failed"))
         if managed_by in (ENDPOINTSLICE_CONTROLLER, MIRRORING_CONTROLLER):
             assert stale.action is StaleAction.REPORT
-        elif stale.reason in (StaleReason.POD_MISSING, StaleReason.POD_TERMINAL) or managed_by is None:
+        elif stale.reason in (StaleReason.POD_MISSING, StaleReason.UID_CHANGED, StaleReason.POD_TERMINAL) or (
+                managed_by is None):
             assert stale.action is StaleAction.REMOVE
         else:  # another manager may publish addresses status does not show: only reported
             assert stale.action is StaleAction.REPORT

@@ -53,6 +53,8 @@ def pod_from_object(obj: Mapping[str, Any]) -> Pod:
         raise ValueError(f"pod {label}: metadata.annotations is not an object")
     # A static pod's directory and CNI args use the kubelet's config hash, not the mirror pod's uid.
     static_uid = annotations.get(MIRROR_ANNOTATION) or annotations.get(HASH_ANNOTATION)
+    if isinstance(static_uid, str):
+        static_uid = _text(static_uid, f"pod {label}: the config hash annotation")
     return Pod(
         uid=uid,
         namespace=namespace,
@@ -82,6 +84,17 @@ def _opt_str(section: Mapping[str, Any], dotted: str) -> str | None:
         return None
     if not isinstance(value, str):
         raise ValueError(f"pod {dotted} is a {type(value).__name__}, not a string")
+    return _text(value, f"pod {dotted}")
+
+
+def _text(value: str, label: str) -> str:
+    """A JSON escape such as "\\ud800" decodes to a lone surrogate, which no ledger, log or terminal can
+    carry; such a pod cannot be identified, so it is refused like any other malformed field."""
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise ValueError(f"{label} is not valid Unicode text (a lone surrogate at {e.start})") from e
     return value
 
 
@@ -205,3 +218,18 @@ def _slice_str(section: Mapping[str, Any], key: str, what: str) -> str | None:
     if not isinstance(value, str):
         raise ValueError(f"{what}: {key} is a {type(value).__name__}, not a string")
     return value
+
+
+# ------------------------------------------------------------------------------------------- versions
+
+
+def resource_version_number(rv: object) -> int | None:
+    """resourceVersions are opaque, but every real server uses etcd revisions; None when not a number."""
+    if not isinstance(rv, str) or not rv.isdigit():
+        return None
+    return int(rv)
+
+
+def object_resource_version(obj: Mapping[str, Any]) -> int | None:
+    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+    return resource_version_number(meta.get("resourceVersion")) if isinstance(meta, Mapping) else None

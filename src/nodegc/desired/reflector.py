@@ -35,7 +35,7 @@ import lightkube
 from lightkube.resources.core_v1 import Pod as PodResource
 
 from nodegc.api.errors import KubeError
-from nodegc.api.objects import pod_from_object
+from nodegc.api.objects import pod_from_object, resource_version_number
 from nodegc.api.streaming import WatchRequests
 from nodegc.desired.kube import build_client, get_pod_live, list_node_pods
 from nodegc.desired.source import SourceError
@@ -60,13 +60,6 @@ class _Relist(Exception):
 
 class _WatchFailed(Exception):
     """The watch request failed without saying the resourceVersion is gone: retry the watch."""
-
-
-def _rv_number(rv: str | None) -> int | None:
-    """resourceVersions are opaque, but every real server uses etcd revisions; None when not a number."""
-    if rv is None or not rv.isdigit():
-        return None
-    return int(rv)
 
 
 class PodReflector:
@@ -261,7 +254,7 @@ class PodReflector:
                 raise SourceError(f"pod #{index} from the API cannot be identified: {e}") from e
             if pod.node_name == self.node:
                 pods[pod.uid] = pod
-        number = _rv_number(rv)
+        number = resource_version_number(rv)
         with self._lock:
             if number is not None and self._high_rv is not None and number < self._high_rv:
                 self._stale_lists += 1
@@ -384,7 +377,7 @@ class PodReflector:
     def _advance(self, rv: str | None) -> None:
         """The watch spoke: the view is fresh as of now, unless it is replaying history behind a list."""
         now = self._clock()
-        number = _rv_number(rv)
+        number = resource_version_number(rv)
         with self._lock:
             if rv is not None:
                 self._rv = rv

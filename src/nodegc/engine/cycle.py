@@ -15,22 +15,24 @@ from typing import Protocol
 
 from nodegc import defaults
 from nodegc.desired.source import DesiredSource, SourceError
+from nodegc.engine.detecting import detect
 from nodegc.engine.limits import TokenBucket
 from nodegc.faults import fault_point
 from nodegc.inventory.cri.client import CRIError
 from nodegc.inventory.cri.runtimes import runtime_reader
 from nodegc.inventory.scanning import scan_node
-from nodegc.ledger.store import Ledger
+from nodegc.ledger.store import Ledger, LedgerError
 from nodegc.model.findings import Finding, FindingClass
 from nodegc.model.ipranges import RangeStatus
 from nodegc.model.items import Item, Phase
 from nodegc.model.pods import DesiredState, OwnerState, Pod
 from nodegc.model.resources import Inventory, Kind
 from nodegc.observe.logs import get_logger
-from nodegc.planning.correlate import CorrelationPolicy, correlate
+from nodegc.planning.correlate import CorrelationPolicy
 from nodegc.planning.guards import BlastRadius, blast_radius_refusal
 from nodegc.planning.ipranges import NOT_URGENT, RangeTracker, range_usage, reclaim_urgency
 from nodegc.planning.phases import (
+    INTERRUPTED_STEP_GONE,
     PhasePolicy,
     Resource,
     Transition,
@@ -147,25 +149,23 @@ class Engine:
     # -- the cycle -------------------------------------------------------------------------------
 
     def cycle(self) -> CycleReport:
+        """One pass; a LedgerError (any read or write of the ledger) is counted and ends the cycle."""
+        try:
+            return self._cycle()
+        except LedgerError:
+            self.metrics.ledger_error()
+            raise
+
+    def _cycle(self) -> CycleReport:
+        """detect -> mark -> (guards) -> terminate -> clean -> confirm; each step's writes reach the ledger
+        before the next step acts on them."""
         report = CycleReport()
-        desired = self._fresh_desired(report)
-        if desired is None:
+        detected = self._detect(report)
+        if detected is None:
             return report
-        inventory, findings = self._scan(desired, report)
-        report.findings = findings
+        desired, inventory, findings = detected
         now = self.clock()
-        report.ranges = self.ip_ranges.observe(range_usage(inventory, findings), now)
-        self.metrics.ranges(report.ranges)
-        unreadable = frozenset(p.kind for p in inventory.problems)
-        items = self.ledger.items(active_only=True)
-        self._persist(reconcile(items, findings, {k: identity_of(r) for k, r in resources(inventory).items()},
-                                now=now, policy=self.settings.phases, unreadable=unreadable), now)
-        protected: dict[str, int] = {}
-        for f in findings:
-            if f.cls is FindingClass.PROTECTED:
-                # Would be residue, but young or possibly a starting pod's: kept, and not a refusal.
-                protected[f.kind.value] = protected.get(f.kind.value, 0) + 1
-        self.metrics.protected(protected)
+        self._mark(inventory, findings, now)
         refusal = blast_radius_refusal(findings, desired, self.settings.blast_radius)
         if refusal:
             self._block(report, "blast_radius", refusal)
@@ -181,6 +181,30 @@ class Engine:
         if not any(b.split(":", 1)[0] in _REFUSALS for b in report.blocked):
             self.metrics.cycle_succeeded(self.clock())
         return report
+
+    def _detect(self, report: CycleReport) -> tuple[DesiredState, Inventory, tuple[Finding, ...]] | None:
+        """A fresh desired state joined with one read of the node; None when the desired state is unusable."""
+        desired = self._fresh_desired(report)
+        if desired is None:
+            return None
+        inventory, findings = self._scan(desired, report)
+        report.findings = findings
+        report.ranges = self.ip_ranges.observe(range_usage(inventory, findings), self.clock())
+        self.metrics.ranges(report.ranges)
+        protected: dict[str, int] = {}
+        for f in findings:
+            if f.cls is FindingClass.PROTECTED:
+                # Would be residue, but young or possibly a starting pod's: kept, and not a refusal.
+                protected[f.kind.value] = protected.get(f.kind.value, 0) + 1
+        self.metrics.protected(protected)
+        return desired, inventory, findings
+
+    def _mark(self, inventory: Inventory, findings: tuple[Finding, ...], now: float) -> None:
+        """Every finding updates its ledger item: first seen, scans in a row, marked after K scans and grace."""
+        unreadable = frozenset(p.kind for p in inventory.problems)
+        items = self.ledger.items(active_only=True)
+        self._persist(reconcile(items, findings, {k: identity_of(r) for k, r in resources(inventory).items()},
+                                now=now, policy=self.settings.phases, unreadable=unreadable), now)
 
     # -- detect ----------------------------------------------------------------------------------
 
@@ -205,7 +229,7 @@ class Engine:
     def _scan(self, desired: DesiredState, report: CycleReport) -> tuple[Inventory, tuple[Finding, ...]]:
         started = time.monotonic()
         inventory = self.scanner(self.roots, self.settings.scan)
-        findings = correlate(inventory, desired, now=inventory.taken_at, policy=self.settings.correlation)
+        inventory, findings = detect(inventory, desired, now=inventory.taken_at, policy=self.settings.correlation)
         counts: dict[str, int] = {}
         for p in inventory.problems:
             counts[p.kind.value] = counts.get(p.kind.value, 0) + 1
@@ -250,8 +274,7 @@ class Engine:
                 if item.phase is Phase.TERMINATING and item.key not in current and item.kind not in unreadable:
                     # A crash came after the side effect and before its record: the step is done.
                     self._persist([after_attempt(item, ok=True, changed=False, lazy=False, now=now,
-                                                 detail="gone: the step completed before a restart",
-                                                 policy=self.settings.phases)], now)
+                                                 detail=INTERRUPTED_STEP_GONE, policy=self.settings.phases)], now)
                     continue
                 fresh = by_key.get(item.key)
                 doubt = self._doubt(item, fresh, current.get(item.key))
@@ -377,11 +400,7 @@ class Engine:
     def _persist(self, transitions: Sequence[Transition], now: float) -> None:
         if not transitions:
             return
-        try:
-            self.ledger.apply(transitions, now=now)
-        except Exception:
-            self.metrics.ledger_error()
-            raise
+        self.ledger.apply(transitions, now=now)
         for t in transitions:
             if t.phase_changed:
                 log.info("transition", item=t.item.key, kind=t.item.kind.value,

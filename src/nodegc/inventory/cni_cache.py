@@ -45,6 +45,12 @@ def _load(content: bytes) -> dict[str, Any]:
         raise ValueError(f"malformed JSON at char {e.pos}: {e.msg}") from e
     if not isinstance(doc, dict):
         raise ValueError(f"top level is {type(doc).__name__}, not an object")
+    if "\\u" in text:
+        # An escape such as "\\ud800" decodes to a lone surrogate, which no ledger, log or terminal can carry.
+        try:
+            json.dumps(doc, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise ValueError("a string is not valid Unicode text (a lone surrogate escape)") from e
     return doc
 
 
@@ -157,6 +163,14 @@ def parse_cache_entry(path: str, content: bytes, *, inode: int, mtime: float) ->
     )
 
 
+def _utf8(name: str) -> bool:
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def scan_cni_cache(cni_data_dir: Path) -> tuple[tuple[CNICacheEntry, ...], tuple[ReadProblem, ...]]:
     results_path = os.path.join(os.fsdecode(cni_data_dir), "results")
     entries, problem = list_top_dir(results_path, kind=Kind.CNI_CACHE)
@@ -174,6 +188,11 @@ def scan_cni_cache(cni_data_dir: Path) -> tuple[tuple[CNICacheEntry, ...], tuple
             continue
         if (why := irregular(entry)) is not None:
             problems.append(ReadProblem(Kind.CNI_CACHE, entry.path, why))
+            continue
+        if not entry.name.isascii() and not _utf8(entry.name):
+            # libcni names entries <network>-<container id>-<ifname>; no such name is other than UTF-8.
+            shown = os.fsencode(entry.path).decode("utf-8", "backslashreplace")
+            problems.append(ReadProblem(Kind.CNI_CACHE, shown, "file name is not valid UTF-8, not read"))
             continue
         try:
             small = read_small_file(entry.path, limit=MAX_CACHE_BYTES)

@@ -19,6 +19,8 @@ from nodegc.inventory.iptables import scan_iptables
 from nodegc.inventory.links import scan_veths
 from nodegc.inventory.netns import NetnsReadError, read_netns_addresses, scan_netns
 from nodegc.inventory.pod_dirs import scan_pod_dirs
+from nodegc.inventory.pod_logs import scan_pod_log_dirs
+from nodegc.inventory.static_pods import scan_static_pods
 from nodegc.model.resources import HostportRule, Inventory, IptablesChain, Kind, NetnsEntry, ReadProblem
 from nodegc.observe.logs import get_logger
 from nodegc.settings import Roots, ScanOptions
@@ -82,6 +84,10 @@ def _read_host(roots: Roots, taken_at: datetime, rules_read: Future[_Rules]) -> 
     problems += unread
     veths, found = scan_veths(netns_entries=netns, net_ns=roots.net_ns)
     problems += found
+    static_pods, found = scan_static_pods(roots.static_pod_dir)
+    problems += found
+    pod_logs, found = scan_pod_log_dirs(roots.pod_log_dir)
+    problems += found
     chains, rules, found = rules_read.result()
     problems += found
     ranges, range_problems = scan_ranges(roots.cni_conf_dir, cache)
@@ -96,10 +102,25 @@ def _read_host(roots: Roots, taken_at: datetime, rules_read: Future[_Rules]) -> 
         veths=veths,
         chains=chains,
         hostport_rules=rules,
+        static_pods=static_pods,
+        pod_logs=pod_logs,
         problems=tuple(problems),
         ip_ranges=ranges,
         ip_range_problems=range_problems,
     )
+
+
+def with_netns_addresses(inventory: Inventory, paths: set[str]) -> Inventory:
+    """The same inventory with the addresses of the named namespaces read (mounted ones not read yet).
+
+    Reading a namespace costs a setns and a netlink dump, so a scan reads only the namespaces no cache
+    entry names; before anything acts inside a namespace, the engine asks for its addresses here.
+    """
+    wanted = {e.name for e in inventory.netns if e.path in paths and e.mounted and not e.addresses_read}
+    if not wanted:
+        return inventory
+    netns, problems = _with_addresses(inventory.netns, {e.name for e in inventory.netns} - wanted)
+    return dataclasses.replace(inventory, netns=netns, problems=inventory.problems + tuple(problems))
 
 
 def _basename(path: str) -> str:
@@ -113,11 +134,12 @@ def _with_addresses(
     out: list[NetnsEntry] = []
     problems: list[ReadProblem] = []
     for entry in entries:
-        if not entry.mounted or entry.name in referenced:
+        if not entry.mounted or entry.addresses_read or entry.name in referenced:
             out.append(entry)
             continue
         try:
-            out.append(dataclasses.replace(entry, addresses=read_netns_addresses(Path(entry.path))))
+            out.append(dataclasses.replace(entry, addresses=read_netns_addresses(Path(entry.path)),
+                                           addresses_read=True))
         except NetnsReadError as e:
             out.append(entry)
             problems.append(ReadProblem(Kind.NETNS, entry.path, f"cannot read addresses: {e}"))

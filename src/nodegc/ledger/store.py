@@ -2,28 +2,38 @@
 
 One file, WAL, one transaction per batch of transitions, fsync'd (synchronous=FULL) before the engine
 acts. A second nodegc on the same ledger is refused through an exclusive flock on `<ledger>.lock`.
+
+Every failure, whatever SQLite or the file system says, is raised as LedgerError (the cause chained), so
+the agent loop can count it, skip the cycle and go on. The schema carries a version: an older ledger is
+migrated on open, one written by a newer nodegc is refused. Retention prunes closed and released items and
+history rows older than the retention age, except the history of items still active.
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
+import math
 import os
 import sqlite3
+import stat
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from nodegc.model.items import Identity, Item, Phase
 from nodegc.model.resources import Kind
-from nodegc.planning.phases import Transition
 
-SCHEMA_VERSION = 1
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS items (
+SCHEMA_VERSION = 2
+PRUNE_INTERVAL_SECONDS = 3600.0
+"""Retention runs at most this often, on a write."""
+
+_BASE_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    """CREATE TABLE IF NOT EXISTS items (
     key TEXT PRIMARY KEY,
     kind TEXT NOT NULL,
     resource_id TEXT NOT NULL,
@@ -38,9 +48,9 @@ CREATE TABLE IF NOT EXISTS items (
     next_attempt REAL,
     last_error TEXT,
     lazy INTEGER NOT NULL DEFAULT 0
-);
-CREATE INDEX IF NOT EXISTS items_phase ON items (phase);
-CREATE TABLE IF NOT EXISTS history (
+)""",
+    "CREATE INDEX IF NOT EXISTS items_phase ON items (phase)",
+    """CREATE TABLE IF NOT EXISTS history (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     key TEXT NOT NULL,
     kind TEXT NOT NULL,
@@ -49,10 +59,17 @@ CREATE TABLE IF NOT EXISTS history (
     to_phase TEXT NOT NULL,
     reason TEXT NOT NULL,
     owner TEXT
-);
-CREATE INDEX IF NOT EXISTS history_key ON history (key);
-CREATE INDEX IF NOT EXISTS history_at ON history (at);
-"""
+)""",
+    "CREATE INDEX IF NOT EXISTS history_key ON history (key)",
+    "CREATE INDEX IF NOT EXISTS history_at ON history (at)",
+)
+"""Schema version 1, as every ledger before versioned migrations was created."""
+
+MIGRATIONS: dict[int, tuple[str, ...]] = {
+    2: ("CREATE INDEX IF NOT EXISTS items_phase_last_seen ON items (phase, last_seen)",),
+}
+"""Statements that take a ledger from version N-1 to N; a new ledger runs them all after the base schema."""
+
 _COLUMNS = ("key", "kind", "resource_id", "phase", "identity", "finding_class", "owner_uid", "owner_namespace",
             "owner_name", "container_id", "first_seen", "last_seen", "orphan_count", "attempts", "next_attempt",
             "last_error", "lazy")
@@ -61,6 +78,8 @@ _UPSERT_ITEM = (
     "INSERT OR REPLACE INTO items (" + ", ".join(_COLUMNS) + ") VALUES (" + ", ".join("?" * len(_COLUMNS)) + ")"
 )
 _SELECT_HISTORY = "SELECT key, kind, at, from_phase, to_phase, reason, owner FROM history"
+_FINAL = tuple(p.value for p in Phase if p.final)
+_FINAL_SQL = "(" + ", ".join(f"'{p}'" for p in _FINAL) + ")"
 
 
 class LedgerError(Exception):
@@ -71,8 +90,23 @@ class LedgerLocked(LedgerError):
     pass
 
 
+class Change(Protocol):
+    """One phase-machine transition as the ledger persists it (planning.phases.Transition is one)."""
+
+    @property
+    def item(self) -> Item: ...
+    @property
+    def previous(self) -> Phase | None: ...
+    @property
+    def reason(self) -> str: ...
+    @property
+    def phase_changed(self) -> bool: ...
+
+
 @dataclass(frozen=True)
 class HistoryRow:
+    """For display: text that is not valid Unicode is shown with backslash escapes."""
+
     key: str
     kind: str
     at: float
@@ -82,30 +116,48 @@ class HistoryRow:
     owner: str | None
 
 
+@dataclass(frozen=True)
+class Pruned:
+    items: int
+    history: int
+
+
 class Ledger:
-    def __init__(self, path: Path | str, *, lock: bool = True) -> None:
+    def __init__(self, path: Path | str, *, lock: bool = True, retention_seconds: float | None = None) -> None:
         self.path = str(path)
+        self.retention_seconds = retention_seconds
+        """None: never pruned (one-shot runs, readers)."""
+        self._pruned_at = -math.inf
         self._lock_fd: int | None = None
         in_memory = self.path == ":memory:"
-        if lock and not in_memory:
-            self._lock_fd = _take_lock(Path(self.path + ".lock"))
         try:
             if not in_memory:
-                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+                _state_dir(Path(self.path))
+            if lock and not in_memory:
+                self._lock_fd = _take_lock(Path(self.path + ".lock"))
+            if not in_memory:
+                _regular_or_absent(Path(self.path))
             self.db = sqlite3.connect(self.path, timeout=10, isolation_level=None)
             if not in_memory:
                 self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=FULL")
-            self.db.executescript(_SCHEMA)
-            self.db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
-        except sqlite3.Error as e:
+            self.schema_version = self._schema()
+        except LedgerLocked:
+            self.close()
+            raise
+        except LedgerError as e:
             self.close()
             raise LedgerError(f"cannot open ledger {self.path}: {e}") from e
+        except (sqlite3.Error, OSError) as e:
+            self.close()
+            raise LedgerError(f"cannot open ledger {self.path}: {_why(e)}") from e
 
     def close(self) -> None:
         db = getattr(self, "db", None)
         if db is not None:
-            db.close()
+            with suppress(sqlite3.Error):
+                db.close()
+            self.db = None  # type: ignore[assignment]
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
@@ -116,8 +168,36 @@ class Ledger:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    # -- schema -------------------------------------------------------------------------------------
+
+    def _schema(self) -> int:
+        """Create, check or migrate, in one transaction, so two processes opening at once agree."""
+        with self._tx("schema") as db:
+            tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if "meta" not in tables:
+                if "items" in tables or "history" in tables:
+                    raise LedgerError("it has items but no schema version: not a nodegc ledger")
+                for sql in _BASE_SCHEMA:
+                    db.execute(sql)
+                db.execute("INSERT INTO meta VALUES ('schema_version', '1')")
+            row = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+            try:
+                version = int(row[0]) if row is not None else 1
+            except (TypeError, ValueError):
+                raise LedgerError(f"schema version {row[0]!r} is not a number") from None
+            if version > SCHEMA_VERSION:
+                raise LedgerError(f"it was written by a newer nodegc (schema {version}, this one reads up to"
+                                  f" {SCHEMA_VERSION}); refusing to use it")
+            for target in range(version + 1, SCHEMA_VERSION + 1):
+                for sql in MIGRATIONS.get(target, ()):
+                    db.execute(sql)
+            db.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+        return SCHEMA_VERSION
+
+    # -- transactions and reads ---------------------------------------------------------------------
+
     @contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
+    def _tx(self, what: str = "write") -> Iterator[sqlite3.Connection]:
         try:
             self.db.execute("BEGIN IMMEDIATE")
             try:
@@ -126,23 +206,27 @@ class Ledger:
                 self.db.execute("ROLLBACK")
                 raise
             self.db.execute("COMMIT")
-        except sqlite3.Error as e:
-            raise LedgerError(f"ledger write failed: {e}") from e
+        except (sqlite3.Error, UnicodeError, OverflowError) as e:
+            raise LedgerError(f"ledger {what} failed: {_why(e)}") from e
+
+    def _read(self, sql: str, args: Iterable[Any] = ()) -> list[tuple[Any, ...]]:
+        try:
+            return self.db.execute(sql, tuple(_enc(a) for a in args)).fetchall()
+        except (sqlite3.Error, UnicodeError, OverflowError) as e:
+            raise LedgerError(f"ledger read failed: {_why(e)}") from e
 
     def items(self, *, active_only: bool = False) -> dict[str, Item]:
         sql = _SELECT_ITEMS
         if active_only:
-            sql += " WHERE phase NOT IN ('closed', 'released')"
-        try:
-            return {row[0]: _item(row) for row in self.db.execute(sql)}
-        except sqlite3.Error as e:
-            raise LedgerError(f"ledger read failed: {e}") from e
+            sql += f" WHERE phase NOT IN {_FINAL_SQL}"
+        items = (_item(row) for row in self._read(sql))
+        return {i.key: i for i in items}
 
     def get(self, key: str) -> Item | None:
-        row = self.db.execute(_SELECT_ITEMS + " WHERE key = ?", (key,)).fetchone()
-        return _item(row) if row else None
+        rows = self._read(_SELECT_ITEMS + " WHERE key = ?", (key,))
+        return _item(rows[0]) if rows else None
 
-    def apply(self, transitions: Iterable[Transition], *, now: float) -> None:
+    def apply(self, transitions: Iterable[Change], *, now: float) -> None:
         """Persist transitions in one transaction; history gets a row for every phase change."""
         with self._tx() as db:
             for t in transitions:
@@ -152,9 +236,23 @@ class Ledger:
                     db.execute(
                         "INSERT INTO history (key, kind, at, from_phase, to_phase, reason, owner)"
                         " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                        (t.item.key, t.item.kind.value, now, t.previous.value if t.previous else None,
-                         t.item.phase.value, t.reason[:2000], owner),
+                        tuple(_enc(v) for v in (
+                            t.item.key, t.item.kind.value, now, t.previous.value if t.previous else None,
+                            t.item.phase.value, t.reason[:2000], owner)),
                     )
+        if self.retention_seconds is not None and now - self._pruned_at >= PRUNE_INTERVAL_SECONDS:
+            self._pruned_at = now  # a failing prune is retried an interval later, not on every write
+            self.prune(before=now - self.retention_seconds)
+
+    def prune(self, *, before: float) -> Pruned:
+        """Drop closed and released items last seen before `before`, and history rows older than that
+        unless their item is still active (its whole trail stays until it closes)."""
+        with self._tx("prune") as db:
+            items = db.execute(f"DELETE FROM items WHERE phase IN {_FINAL_SQL} AND last_seen < ?", (before,))
+            history = db.execute(
+                f"DELETE FROM history WHERE at < ? AND key NOT IN"
+                f" (SELECT key FROM items WHERE phase NOT IN {_FINAL_SQL})", (before,))
+            return Pruned(items=items.rowcount, history=history.rowcount)
 
     def history(self, *, key: str | None = None, kind: str | None = None, owner: str | None = None,
                 since: float | None = None, limit: int = 1000) -> list[HistoryRow]:
@@ -175,19 +273,99 @@ class Ledger:
         # The clauses are the fixed strings above; every value is a bound parameter.
         where = (" WHERE " + " AND ".join(clauses)) if clauses else ""
         # The newest `limit` rows, oldest first: an audit trail is read forward, but the recent end matters.
-        rows = self.db.execute(_SELECT_HISTORY + where + " ORDER BY id DESC LIMIT ?", [*args, limit])
-        return [HistoryRow(*r) for r in reversed(rows.fetchall())]
+        rows = self._read(_SELECT_HISTORY + where + " ORDER BY id DESC LIMIT ?", [*args, limit])
+        return [HistoryRow(_shown(r[0]), _shown(r[1]), r[2], _shown_opt(r[3]), _shown(r[4]), _shown(r[5]),
+                           _shown_opt(r[6])) for r in reversed(rows)]
+
+
+# -- files ------------------------------------------------------------------------------------------
+
+
+def _state_dir(ledger: Path) -> None:
+    parent = ledger.parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise LedgerError(f"the state directory {parent} is not a directory") from None
+    except NotADirectoryError:
+        raise LedgerError(f"the state directory {parent} is below a file that is not a directory") from None
+    except OSError as e:
+        raise LedgerError(f"cannot create the state directory {parent}: {_why(e)}") from e
+    if not parent.is_dir():
+        raise LedgerError(f"the state directory {parent} is not a directory")
+
+
+def _regular_or_absent(path: Path) -> None:
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise LedgerError(_why(e)) from e
+    if not stat.S_ISREG(mode):
+        raise LedgerError(f"{path} is not a regular file")
 
 
 def _take_lock(path: Path) -> int:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    """O_NOFOLLOW: a planted symlink cannot make nodegc create or lock a file elsewhere; O_NONBLOCK: a FIFO
+    cannot block the open; fstat: only a regular file is a lock."""
+    flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
     try:
+        fd = os.open(path, flags, 0o600)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise LedgerError(f"the ledger lock {path} is a symlink, not followed") from e
+        if e.errno == errno.EISDIR:
+            raise LedgerError(f"the ledger lock {path} is not a regular file (a directory)") from e
+        raise LedgerError(f"cannot open the ledger lock {path}: {_why(e)}") from e
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise LedgerError(f"the ledger lock {path} is not a regular file")
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError as e:
         os.close(fd)
         raise LedgerLocked(f"another nodegc holds the ledger lock {path}") from e
+    except LedgerError:
+        os.close(fd)
+        raise
+    except OSError as e:
+        os.close(fd)
+        raise LedgerError(f"cannot lock {path}: {_why(e)}") from e
     return fd
+
+
+def _why(e: BaseException) -> str:
+    if isinstance(e, OSError) and e.errno:
+        return f"{e.strerror or type(e).__name__} (errno {e.errno})"
+    return str(e) or type(e).__name__
+
+
+# -- rows -------------------------------------------------------------------------------------------
+
+
+def _enc(value: Any) -> Any:
+    """A str that is not valid Unicode (a lone surrogate, a file name in the os.fsdecode convention) is
+    stored as the bytes of its surrogatepass encoding: SQLite's TEXT cannot hold it, and the ledger must
+    give back exactly the key it was given or the item would never be found again."""
+    if isinstance(value, str) and not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return value.encode("utf-8", "surrogatepass")
+    return value
+
+
+def _dec(value: Any) -> Any:
+    return value.decode("utf-8", "surrogatepass") if isinstance(value, bytes) else value
+
+
+def _shown(value: Any) -> str:
+    text = _dec(value)
+    return str(text).encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _shown_opt(value: Any) -> str | None:
+    return None if value is None else _shown(value)
 
 
 def _owner_label(item: Item) -> str | None:
@@ -197,15 +375,20 @@ def _owner_label(item: Item) -> str | None:
 
 
 def _row(item: Item) -> tuple[Any, ...]:
-    return (item.key, item.kind.value, item.resource_id, item.phase.value, json.dumps(item.identity),
-            item.finding_class, item.owner_uid, item.owner_namespace, item.owner_name, item.container_id,
-            item.first_seen, item.last_seen, item.orphan_count, item.attempts, item.next_attempt, item.last_error,
-            int(item.lazy))
+    return tuple(_enc(v) for v in (
+        item.key, item.kind.value, item.resource_id, item.phase.value, json.dumps(item.identity),
+        item.finding_class, item.owner_uid, item.owner_namespace, item.owner_name, item.container_id,
+        item.first_seen, item.last_seen, item.orphan_count, item.attempts, item.next_attempt, item.last_error,
+        int(item.lazy)))
 
 
-def _item(row: tuple[Any, ...]) -> Item:
-    identity: Identity = tuple((str(k), str(v)) for k, v in json.loads(row[4]))
-    return Item(key=row[0], kind=Kind(row[1]), resource_id=row[2], phase=Phase(row[3]), identity=identity,
-                finding_class=row[5], owner_uid=row[6], owner_namespace=row[7], owner_name=row[8],
-                container_id=row[9], first_seen=row[10], last_seen=row[11], orphan_count=row[12],
-                attempts=row[13], next_attempt=row[14], last_error=row[15], lazy=bool(row[16]))
+def _item(raw: tuple[Any, ...]) -> Item:
+    row = tuple(_dec(v) for v in raw)
+    try:
+        identity: Identity = tuple((str(k), str(v)) for k, v in json.loads(row[4]))
+        return Item(key=row[0], kind=Kind(row[1]), resource_id=row[2], phase=Phase(row[3]), identity=identity,
+                    finding_class=row[5], owner_uid=row[6], owner_namespace=row[7], owner_name=row[8],
+                    container_id=row[9], first_seen=row[10], last_seen=row[11], orphan_count=row[12],
+                    attempts=row[13], next_attempt=row[14], last_error=row[15], lazy=bool(row[16]))
+    except (ValueError, TypeError, RecursionError) as e:
+        raise LedgerError(f"ledger row {_shown(row[0])!r} is unreadable: {e}") from e

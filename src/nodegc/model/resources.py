@@ -27,6 +27,8 @@ class Kind(StrEnum):
     RUNTIME_LEFTOVER = "runtime_leftover"
     POD_LOG_DIR = "pod_log_dir"
     FIREWALL_RULE = "firewall_rule"
+    STATIC_POD = "static_pod"
+    """A manifest of the kubelet's static pod directory: read as evidence, never reclaimed."""
 
 
 @dataclass(frozen=True)
@@ -134,6 +136,8 @@ class NetnsEntry:
     mtime: float | None = None
     addresses: tuple[str, ...] = ()
     """Addresses configured inside the namespace (read only when it is mounted)."""
+    addresses_read: bool = False
+    """Whether `addresses` was read: an unread namespace holds unknown addresses, not none."""
 
 
 @dataclass(frozen=True)
@@ -176,6 +180,33 @@ class HostportRule:
 
 
 @dataclass(frozen=True)
+class StaticPodManifest:
+    """A pod the kubelet runs from a file of its static pod directory, whatever the API shows."""
+
+    path: str
+    namespace: str | None
+    """None when the file could not be read or parsed: it may declare any pod."""
+    name: str | None
+    uid: str | None = None
+    """metadata.uid when the manifest sets it (the kubelet then uses it); else the kubelet's config hash."""
+    containers: tuple[str, ...] = ()
+    host_network: bool = False
+
+
+@dataclass(frozen=True)
+class PodLogDir:
+    """`/var/log/pods/<namespace>_<name>_<uid>`: the kubelet's per-pod log directory, which ties a UID to
+    the pod's namespace and name (a pod directory alone does not)."""
+
+    namespace: str
+    name: str
+    uid: str
+    path: str
+    inode: int
+    mtime: float
+
+
+@dataclass(frozen=True)
 class Inventory:
     """Everything the readers saw in one scan, plus what they could not read."""
 
@@ -188,6 +219,8 @@ class Inventory:
     veths: tuple[VethLink, ...] = ()
     chains: tuple[IptablesChain, ...] = ()
     hostport_rules: tuple[HostportRule, ...] = ()
+    static_pods: tuple[StaticPodManifest, ...] = ()
+    pod_logs: tuple[PodLogDir, ...] = ()
     problems: tuple[ReadProblem, ...] = field(default=())
     ip_ranges: tuple[HostLocalRange, ...] = ()
     """host-local range sets from the CNI configuration (conf dir and cached configs)."""

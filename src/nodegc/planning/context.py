@@ -12,9 +12,9 @@ from datetime import datetime
 
 from nodegc import defaults
 from nodegc.model.findings import Finding, FindingClass
-from nodegc.model.pods import DesiredState, OwnerState
-from nodegc.model.resources import Inventory, IPReservation
-from nodegc.planning.owners import CacheIndex, PodIndex
+from nodegc.model.pods import DesiredState, OwnerState, Pod
+from nodegc.model.resources import Inventory, IPReservation, Kind, NetnsEntry, StaticPodManifest
+from nodegc.planning.owners import CacheIndex, PodIndex, netns_key, resolve_cache_owner
 
 HOLDING = frozenset({OwnerState.LIVE, OwnerState.PENDING, OwnerState.UNKNOWN})
 """Owner states in which the resource may be in use."""
@@ -33,6 +33,8 @@ class Context:
     pods: PodIndex
     cache: CacheIndex
     now: float
+    photo: float
+    """When the desired state was taken: nothing born after it (less the minimum age) is in it."""
     policy: CorrelationPolicy
     findings: list[Finding] = field(default_factory=list)
     reservations_by_cid: dict[str, list[tuple[IPReservation, Finding]]] = field(
@@ -43,29 +45,88 @@ class Context:
     chain_ips: dict[str, set[str]] = field(default_factory=dict)
     """Pod IPs the CNI rules of each container id name."""
 
+    unaccounted: list[Pod] = field(default_factory=list)
+    """Running pods (not hostNetwork) that no readable cache entry leads to: their sandbox's attachments
+    are on the node but cannot be told apart (an entry truncated, a sandbox being re-created, a runtime
+    that writes no cache)."""
+    unreadable_cache: tuple[str, ...] = ()
+    """File names of cache entries that exist but could not be read."""
+    netns_by_key: dict[str, NetnsEntry] = field(default_factory=dict)
+    unmirrored: list[StaticPodManifest] = field(default_factory=list)
+    """Static pod manifests whose mirror pod the desired state does not show (or that cannot be read)."""
+
     @classmethod
     def build(cls, inv: Inventory, desired: DesiredState, now: datetime, policy: CorrelationPolicy) -> Context:
-        return cls(inv=inv, desired=desired, pods=PodIndex.build(desired), cache=CacheIndex.build(inv.cni_cache),
-                   now=now.timestamp(), policy=policy)
+        pods = PodIndex.build(desired)
+        cache = CacheIndex.build(inv.cni_cache)
+        explained: set[str] = set()
+        for entry in inv.cni_cache:
+            res = resolve_cache_owner(entry, pods)
+            if res.pod is not None:
+                explained.add(res.pod.uid)
+        unaccounted = [p for p in desired.pods if p.state is OwnerState.LIVE and not p.host_network
+                       and p.uid not in explained]
+        unreadable = tuple(pr.path.rstrip("/").rsplit("/", 1)[-1] for pr in inv.problems if pr.kind is Kind.CNI_CACHE)
+        by_key = {key: ns for ns in inv.netns if (key := netns_key(ns.path)) is not None}
+        return cls(inv=inv, desired=desired, pods=pods, cache=cache, now=now.timestamp(),
+                   photo=desired.fetched_at.timestamp(), policy=policy, unaccounted=unaccounted,
+                   unreadable_cache=unreadable, netns_by_key=by_key,
+                   unmirrored=[m for m in inv.static_pods if not _mirrored(m, desired, pods)])
+
+    def static_owner(self, *, uid: str | None, namespace: str | None = None, name: str | None = None,
+                     containers: tuple[str, ...] | None = None) -> str | None:
+        """Why a static pod the kubelet runs without a mirror in the desired state may own this, or None.
+
+        The kubelet names a static pod by a config hash nodegc cannot recompute, so a manifest ties by its
+        explicit uid, its mirror name, or (for a pod directory) container names that fit the manifest."""
+        for m in self.unmirrored:
+            if m.name is None:
+                return f"static pod manifest {m.path} cannot be read; it may declare this pod"
+            if uid is not None and uid == m.uid:
+                return f"static pod manifest {m.path} declares uid {uid}"
+            if namespace == m.namespace and name == f"{m.name}-{self.desired.node}":
+                return f"static pod manifest {m.path} declares {namespace}/{name}"
+            if containers is not None and set(containers) <= set(m.containers):
+                what = "no container started yet" if not containers else "its containers"
+                return (f"static pod manifest {m.path} declares {m.namespace}/{m.name}, which the desired state"
+                        f" shows no mirror pod for, and {what} fit it")
+        return None
 
     def add(self, finding: Finding) -> Finding:
         self.findings.append(finding)
         return finding
 
+    @property
+    def cutoff(self) -> float:
+        """Only what is older than this can be residue: the minimum age, counted back from the photo's
+        time (the desired state cannot know a pod born after it was taken), never from a later scan."""
+        return min(self.now, self.photo) - self.policy.min_age_seconds
+
     def young(self, mtime: float | None) -> bool:
         """Missing age protects: a resource whose age is unknown might be brand new."""
-        return mtime is None or self.now - mtime < self.policy.min_age_seconds
+        return mtime is None or mtime >= self.cutoff
 
     def age_note(self, mtime: float | None) -> str:
         if mtime is None:
             return "age unknown"
-        return f"{self.now - mtime:.0f}s old, minimum age {self.policy.min_age_seconds:.0f}s"
+        note = f"{self.now - mtime:.0f}s old, minimum age {self.policy.min_age_seconds:.0f}s"
+        if self.photo < self.now and mtime >= self.photo - self.policy.min_age_seconds:
+            note += f"; the desired state was taken {self.now - self.photo:.0f}s ago and cannot show its owner"
+        return note
 
     def pending_note(self) -> str | None:
         if not self.pods.unsettled:
             return None
         names = ", ".join(f"{p.namespace}/{p.name}" for p in self.pods.unsettled[:3])
         return f"pods still starting on this node (not Running with an IP) may own it: {names}"
+
+
+def _mirrored(m: StaticPodManifest, desired: DesiredState, pods: PodIndex) -> bool:
+    if m.name is None:
+        return False
+    if m.uid is not None and m.uid in pods.by_uid:
+        return True
+    return any(p.static_uid for p in pods.by_name.get((m.namespace or "default", f"{m.name}-{desired.node}"), []))
 
 
 def reclass(finding: Finding, cls: FindingClass, note: str) -> Finding:

@@ -75,10 +75,12 @@ def find_stale(slices: Iterable[Slice], pods: PodIndex) -> tuple[StaleEndpoint, 
     return tuple(stale for s in slices for stale in stale_in_slice(s, pods))
 
 
-# A pod that is gone or terminal is proof on any slice; an address the pod's status does not show is
-# proof only on a slice nobody manages: other managers (multus, for one) publish secondary-network
-# addresses that status.podIPs never lists.
-_PROOF_FOR_ANY_MANAGER = frozenset({StaleReason.POD_MISSING, StaleReason.POD_TERMINAL})
+# A pod that is gone or terminal is proof on any slice, and so is a targetRef UID that no longer exists:
+# identity is the UID, so a pod of the same name with another UID is another pod, not evidence that the
+# endpoint's pod lives (a StatefulSet pod recreated with a new IP). An address the pod's status does not
+# show is proof only on a slice nobody manages: other managers (multus, for one) publish
+# secondary-network addresses that status.podIPs never lists.
+_PROOF_FOR_ANY_MANAGER = frozenset({StaleReason.POD_MISSING, StaleReason.UID_CHANGED, StaleReason.POD_TERMINAL})
 
 
 def stale_in_slice(slice_: Slice, pods: PodIndex) -> tuple[StaleEndpoint, ...]:

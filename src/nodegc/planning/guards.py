@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from nodegc import defaults
 from nodegc.model.findings import Finding, FindingClass
-from nodegc.model.pods import DesiredState, OwnerState
+from nodegc.model.pods import DesiredState
 from nodegc.model.resources import Kind
 
 
@@ -35,8 +35,12 @@ def blast_radius_refusal(findings: Sequence[Finding], desired: DesiredState, pol
         if busy:
             return (f"the desired state lists no pods for node {desired.node} while {busy} pod directories and"
                     " attachments exist: refusing to treat them all as residue")
-    listed = [p for p in desired.pods if p.state is not OwnerState.TERMINAL]
-    if listed and not policy.allow_empty_desired and not any(f.cls is FindingClass.IN_USE for f in findings):
+    # Every listed pod counts, finished ones too: a finished pod keeps its directory until it is deleted, so
+    # a list of which no pod is found here (another node's finished Jobs) is about another node.
+    listed = desired.pods
+    uids = {u for p in listed for u in (p.uid, p.static_uid) if u}
+    found = any(f.cls is FindingClass.IN_USE or (f.owner.uid is not None and f.owner.uid in uids) for f in findings)
+    if listed and not policy.allow_empty_desired and not found:
         busy = sum(1 for f in findings if f.kind in _NODE_KINDS)
         if busy:
             return (f"none of the {len(listed)} pods the desired state lists for node {desired.node} is found on"

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import replace
 
 from nodegc.model.findings import Finding, FindingClass
 from nodegc.model.pods import OwnerState
 from nodegc.model.resources import Kind, PodDir
 from nodegc.planning.context import GONE, HOLDING, Context
+from nodegc.planning.owners import Resolution
 
 _EXCLUSIVE_FS = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs"})
 
@@ -20,8 +22,16 @@ def correlate_kubelet(ctx: Context) -> None:
 
 def _pod_dir(ctx: Context, pod_dir: PodDir) -> None:
     res = ctx.pods.resolve_uid(pod_dir.uid)
-    evidence = res.evidence
     if res.state is OwnerState.ABSENT:
+        res = _named(ctx, res)
+    evidence = res.evidence
+    static = None
+    if res.state is OwnerState.ABSENT:
+        static = ctx.static_owner(uid=pod_dir.uid, containers=pod_dir.container_names)
+    if static is not None:
+        cls = FindingClass.PROTECTED
+        evidence += (static,)
+    elif res.state is OwnerState.ABSENT:
         if ctx.young(pod_dir.mtime):
             cls = FindingClass.PROTECTED
             evidence += (ctx.age_note(pod_dir.mtime),)
@@ -40,10 +50,28 @@ def _pod_dir(ctx: Context, pod_dir: PodDir) -> None:
         vev = (*res.evidence, what)
         # Terminal pods no longer use volumes: the kubelet tears them down at termination.
         vcls = FindingClass.ORPHANED_VOLUME_MOUNT if res.state in GONE else FindingClass.IN_USE
-        if vcls.is_residue and ctx.young(pod_dir.mtime):
+        if vcls.is_residue and static is not None:
+            vcls, vev = FindingClass.PROTECTED, (*vev, static)
+        elif vcls.is_residue and ctx.young(pod_dir.mtime):
             # A mount carries no age; a pod newer than the pod list has a young directory.
             vcls, vev = FindingClass.PROTECTED, (*vev, "pod directory " + ctx.age_note(pod_dir.mtime))
         ctx.add(Finding(vcls, Kind.VOLUME_MOUNT, volume.path, res.owner, res.state, vev))
+
+
+def _named(ctx: Context, res: Resolution) -> Resolution:
+    """An absent owner known only by UID gets the namespace/name its cache entries or log directory give,
+    so that terminate can ask the API for it: a list that silently left a live pod out is then caught by
+    the live GET of that pod (same UID: it exists), not trusted."""
+    uid = res.owner.uid
+    for entry in ctx.cache.by_uid.get(uid or "", []):
+        if entry.pod_namespace and entry.pod_name:
+            owner = replace(res.owner, namespace=entry.pod_namespace, name=entry.pod_name)
+            return replace(res, owner=owner, evidence=(*res.evidence, f"its cache entry names {owner.label()}"))
+    for log_dir in ctx.inv.pod_logs:
+        if log_dir.uid == uid:
+            owner = replace(res.owner, namespace=log_dir.namespace, name=log_dir.name)
+            return replace(res, owner=owner, evidence=(*res.evidence, f"its log directory names {owner.label()}"))
+    return res
 
 
 def _volume_conflicts(ctx: Context) -> None:

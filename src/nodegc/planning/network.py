@@ -44,6 +44,33 @@ def correlate_network(ctx: Context) -> None:
         _by_container(ctx, Kind.IPTABLES_CHAIN, chain.name, chain.container_id, chain.network)
     for rule in ctx.inv.hostport_rules:
         _by_container(ctx, Kind.HOSTPORT_RULE, _rule_id(rule), rule.container_id, rule.network)
+    _siblings(ctx)
+
+
+def _siblings(ctx: Context) -> None:
+    """Reservations, cache entries, chains, rules and the netns of one container id stand or fall together:
+    one part in use makes every part in use, one part kept for any other reason keeps the rest."""
+    groups: dict[str, list[int]] = defaultdict(list)
+    for index, finding in enumerate(ctx.findings):
+        if finding.owner.container_id:
+            groups[finding.owner.container_id].append(index)
+    for cid, indexes in groups.items():
+        members = [ctx.findings[i] for i in indexes]
+        keeping = [f for f in members if not f.cls.is_residue]
+        if not keeping:
+            continue
+        in_use = next((f for f in keeping if f.cls is FindingClass.IN_USE), None)
+        ref = in_use or keeping[0]
+        cls = FindingClass.IN_USE if in_use else FindingClass.PROTECTED
+        # In use wins over protected too: the part's own reason to wait is moot when its sandbox is live.
+        weaker = {FindingClass.PROTECTED} if in_use else set()
+        note = f"{ref.kind.value} {ref.id} of the same container {short(cid)} is {ref.cls.value}"
+        for i in indexes:
+            if ctx.findings[i].cls.is_residue or ctx.findings[i].cls in weaker:
+                old = ctx.findings[i]
+                ctx.findings[i] = Finding(cls, old.kind, old.id, ref.owner if in_use else old.owner,
+                                          ref.owner_state if in_use else old.owner_state, (*old.evidence, note),
+                                          netns=old.netns, ip=old.ip)
 
 
 def _container_mtime(ctx: Context, container_id: str) -> float | None:
@@ -124,10 +151,10 @@ def _reservation_without_cache(
         tied = Owner(uid=pod.uid, namespace=pod.namespace, name=pod.name, container_id=r.container_id)
         return Finding(FindingClass.IN_USE, Kind.IP_RESERVATION, where, tied, pod.state,
                        (*evidence, f"status of {pod.namespace}/{pod.name} claims {r.ip}"), ip=r.ip)
-    pending = ctx.pending_note()
-    if pending:
+    keep = _unreadable_entry(ctx, r.container_id) or ctx.pending_note() or _unaccounted_note(ctx)
+    if keep:
         return Finding(FindingClass.PROTECTED, Kind.IP_RESERVATION, where, owner, OwnerState.UNKNOWN,
-                       (*evidence, pending), ip=r.ip)
+                       (*evidence, keep), ip=r.ip)
     if not _network_backed_by_status(ctx, r.network):
         note = f"network {r.network} holds no IP that a live pod's status shows; it may be a secondary network"
         return Finding(FindingClass.UNKNOWN, Kind.IP_RESERVATION, where, owner, OwnerState.UNKNOWN,
@@ -141,6 +168,27 @@ def _reservation_without_cache(
         evidence += (f"no pod on this node claims {r.ip}",)
     state = OwnerState.TERMINAL if terminal else OwnerState.ABSENT
     return Finding(FindingClass.LEAKED_IP, Kind.IP_RESERVATION, where, owner, state, evidence, ip=r.ip)
+
+
+def _unreadable_entry(ctx: Context, container_id: str | None) -> str | None:
+    """A cache entry of this container exists but cannot be read (truncated, being written): it may name
+    a live pod, so the reservation is kept."""
+    if not container_id:
+        return None
+    for name in ctx.unreadable_cache:
+        if f"-{container_id}-" in name:
+            return f"cache entry {name} of this container exists but cannot be read"
+    return None
+
+
+def _unaccounted_note(ctx: Context) -> str | None:
+    """A Running pod that no readable cache entry leads to may own any reservation that no cache entry
+    explains: its own entry may be truncated, or its sandbox being re-created (ADD not finished)."""
+    if not ctx.unaccounted:
+        return None
+    names = ", ".join(f"{p.namespace}/{p.name}" for p in ctx.unaccounted[:3])
+    more = f" and {len(ctx.unaccounted) - 3} more" if len(ctx.unaccounted) > 3 else ""
+    return f"running pods no readable cache entry leads to may own it: {names}{more}"
 
 
 def _network_backed_by_status(ctx: Context, network: str) -> bool:
@@ -184,11 +232,36 @@ def _shared_netns(ctx: Context, entry: CNICacheEntry, owner_uid: str | None) -> 
     return None
 
 
+def _netns_held(ctx: Context, netns: str | None, owner_uid: str | None) -> str | None:
+    """What the namespace itself holds outweighs any cache entry: an address there that a holding pod
+    claims makes it that pod's; an address that none of the entries naming it lists makes it someone's."""
+    key = netns_key(netns)
+    ns = ctx.netns_by_key.get(key) if key else None
+    if ns is None or not ns.addresses:
+        return None
+    for address in ns.addresses:
+        others = [p for p in ctx.pods.claims.get(address, []) if p.uid != owner_uid]
+        if others:
+            return f"netns {ns.path} holds {address}, claimed by live pod {others[0].namespace}/{others[0].name}"
+    listed = {ip for e in ctx.cache.by_netns.get(key or "", []) for ip in (normalize_ip(x) for x in e.ips) if ip}
+    foreign = [a for a in ns.addresses if a not in listed]
+    if foreign:
+        return f"netns {ns.path} holds {', '.join(foreign)}, which no cache entry naming it lists"
+    return None
+
+
 def _cache_entry(ctx: Context, entry: CNICacheEntry) -> None:
     res = resolve_cache_owner(entry, ctx.pods)
     conflict = None
+    if res.state is OwnerState.ABSENT:
+        static = ctx.static_owner(uid=entry.pod_uid, namespace=entry.pod_namespace, name=entry.pod_name)
+        if static is not None:
+            ctx.add(Finding(FindingClass.PROTECTED, Kind.CNI_CACHE, entry.path, res.owner, res.state,
+                            (*res.evidence, static), netns=entry.netns, ip=entry.ips[0] if entry.ips else None))
+            return
     if res.state in GONE:
-        conflict = _claimed_elsewhere(ctx, entry.ips, res.owner.uid) or _shared_netns(ctx, entry, res.owner.uid)
+        conflict = (_claimed_elsewhere(ctx, entry.ips, res.owner.uid) or _shared_netns(ctx, entry, res.owner.uid)
+                    or _netns_held(ctx, entry.netns, res.owner.uid))
     if conflict:
         ctx.add(Finding(FindingClass.CONFLICT, Kind.CNI_CACHE, entry.path, res.owner, res.state,
                           (*res.evidence, conflict), netns=entry.netns, ip=entry.ips[0] if entry.ips else None))
@@ -211,8 +284,9 @@ def _netns(ctx: Context, ns: NetnsEntry) -> None:
         resolutions = [resolve_cache_owner(e, ctx.pods) for e in entries]
         holding = [r for r in resolutions if r.state in HOLDING]
         res = holding[0] if holding else resolutions[0]
-        conflict = None if holding else _claimed_elsewhere(ctx,
-            [ip for e in entries for ip in e.ips], res.owner.uid)
+        conflict = None if holding else (
+            _claimed_elsewhere(ctx, [ip for e in entries for ip in e.ips], res.owner.uid)
+            or _netns_held(ctx, ns.path, res.owner.uid))
         evidence = res.evidence
         if res.state is OwnerState.UNKNOWN:
             cls = FindingClass.UNKNOWN

@@ -103,6 +103,7 @@ class PodIndex:
 class CacheIndex:
     by_container: dict[str, list[CNICacheEntry]] = field(default_factory=lambda: defaultdict(list))
     by_netns: dict[str, list[CNICacheEntry]] = field(default_factory=lambda: defaultdict(list))
+    by_uid: dict[str, list[CNICacheEntry]] = field(default_factory=lambda: defaultdict(list))
     networks: dict[str, int] = field(default_factory=lambda: defaultdict(int))
 
     @classmethod
@@ -113,6 +114,8 @@ class CacheIndex:
             key = netns_key(entry.netns)
             if key:
                 index.by_netns[key].append(entry)
+            if entry.pod_uid:
+                index.by_uid[entry.pod_uid].append(entry)
             index.networks[entry.network] += 1
         return index
 

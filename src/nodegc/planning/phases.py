@@ -27,6 +27,11 @@ from nodegc.model.resources import (
 )
 from nodegc.model.runtime import RuntimeSandbox
 
+INTERRUPTED_STEP_GONE = ("removed by nodegc: its reclaim step was checkpointed and interrupted before the result"
+                         " was recorded; the record was written after a restart, which found the resource absent")
+"""An item found absent while TERMINATING: the checkpoint is written right before the step, so its absence is
+the step's work, not a disappearance of its own ("gone before it was reclaimed")."""
+
 _ACTIVE = frozenset({Phase.DETECTED, Phase.MARKED, Phase.TERMINATING, Phase.CLEANED, Phase.FAILED})
 
 
@@ -187,7 +192,8 @@ def reconcile(
     for key, item in items.items():
         if key in seen or item.phase.final or item.kind in unreadable:
             continue
-        reason = "confirmed absent after clean" if item.phase is Phase.CLEANED else "gone before it was reclaimed"
+        reason = {Phase.CLEANED: "confirmed absent after clean",
+                  Phase.TERMINATING: INTERRUPTED_STEP_GONE}.get(item.phase, "gone before it was reclaimed")
         out.append(Transition(dataclasses.replace(item, phase=Phase.CLOSED, last_seen=now), item.phase, reason))
     return out
 

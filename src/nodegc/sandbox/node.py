@@ -246,6 +246,8 @@ class SandboxNode:
         self.cni_data_dir = root / "var/lib/cni"
         self.ipam_dir = self.cni_data_dir / "networks"
         self.netns_dir = root / "run/netns"
+        self.static_pod_dir = root / "etc/kubernetes/manifests"
+        self.pod_log_dir = root / "var/log/pods"
         self.node_netns = root / "node.netns"
         self.conflist: dict[str, Any] = {
             "cniVersion": "1.0.0",
@@ -366,6 +368,8 @@ class SandboxNode:
             cni_bin_dirs=(CNI_BIN_DIR,),
             cni_data_dir=self.cni_data_dir,
             netns_dir=self.netns_dir,
+            static_pod_dir=self.static_pod_dir,
+            pod_log_dir=self.pod_log_dir,
             net_ns=self.node_netns,
         )
 
