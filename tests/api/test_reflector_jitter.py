@@ -16,7 +16,8 @@ AGENTS = 1000
 
 def test_retry_delays_are_spread_over_half_to_one_and_a_half_times_the_backoff() -> None:
     for failures, nominal in ((1, 1.0), (3, 4.0), (6, 30.0), (9, 30.0)):
-        delays = [backoff_delay(failures, base=1.0, cap=30.0, rng=random.Random(agent)) for agent in range(AGENTS)]
+        delays = [backoff_delay(failures, base=1.0, cap=30.0, rng=random.Random(agent))  # noqa: S311
+                  for agent in range(AGENTS)]
         low, high = nominal * (1 - RETRY_JITTER), nominal * (1 + RETRY_JITTER)
         assert all(low <= d < high for d in delays)
         # Ten equal bins over the window each hold 5 to 15 % of the fleet: no lock-step, no pile-up.
@@ -38,7 +39,8 @@ def test_relists_after_a_fleet_wide_410_are_spread(tmp_path: Path) -> None:
             api.add_pod(pod(f"p-{node}", node))
         refs = [PodReflector(node, kubeconfig=kubeconfig, resync_seconds=600.0, idle_timeout_seconds=5.0,
                              retry_seconds=0.05, max_retry_seconds=0.5, relist_spread_seconds=spread,
-                             rng=random.Random(i)).start() for i, node in enumerate(nodes)]
+                             rng=random.Random(i)).start()  # noqa: S311
+                for i, node in enumerate(nodes)]
         try:
             assert all(r.wait_synced(10) for r in refs)
             assert api.wait_for(lambda: api.open_watches == len(nodes), timeout=10)
