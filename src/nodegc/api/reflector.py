@@ -180,6 +180,11 @@ class Reflector(Generic[T]):
         if self._thread is not None:
             return self
         self._watch_requests()  # a client that cannot watch fails here, not inside the thread
+        with self._lock:  # a restarted cache proves nothing until it has listed again
+            self._synced.clear()
+            self._items = {}
+            self._fresh_at = None
+            self._rv = None
         self._stopping.clear()
         self._thread = threading.Thread(target=self._run, name=self._thread_name, daemon=True)
         self._thread.start()
