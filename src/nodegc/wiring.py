@@ -75,6 +75,8 @@ class SafetySettings:
     runtime_endpoint: str | None = None
     """CRI endpoint; None reads no runtime (the flags default to the containerd socket)."""
     runtime_timeout: float = defaults.RUNTIME_TIMEOUT_SECONDS
+    running_orphan_grace_seconds: float = defaults.RUNNING_ORPHAN_GRACE_SECONDS
+    stop_running_orphans: bool = False
 
     @property
     def ledger_path(self) -> Path:
@@ -131,6 +133,7 @@ class HistorySettings:
 class ExplainSettings:
     item: str
     state_dir: Path = Path(defaults.STATE_DIR)
+    output: str = "table"
 
     @property
     def ledger_path(self) -> Path:
@@ -169,6 +172,8 @@ def safety_from_args(args: argparse.Namespace) -> SafetySettings:
         command_timeout=args.command_timeout,
         runtime_endpoint=runtime_endpoint_from_args(args),
         runtime_timeout=args.runtime_timeout,
+        running_orphan_grace_seconds=getattr(args, "running_orphan_grace", defaults.RUNNING_ORPHAN_GRACE_SECONDS),
+        stop_running_orphans=getattr(args, "stop_running_orphans", False),
     )
 
 
@@ -225,7 +230,7 @@ def history_from_args(args: argparse.Namespace) -> HistorySettings:
 
 
 def explain_from_args(args: argparse.Namespace) -> ExplainSettings:
-    return ExplainSettings(item=args.item, state_dir=args.state_dir)
+    return ExplainSettings(item=args.item, state_dir=args.state_dir, output=args.output)
 
 
 # -- settings -> parts ------------------------------------------------------------------------------
@@ -235,6 +240,8 @@ def make_source(source: SourceSettings, *, prove_current: bool = True) -> Desire
     """One list per fetch (scan, clean); the agent watches instead (make_reflector). `prove_current`: an
     API list must prove it is current (the node Lease) before it may drive destructive steps."""
     node = source.node or os.environ.get("NODE_NAME")
+    if source.pods_from is not None and str(source.pods_from) == STDIN:
+        return stdin_snapshot(node)
     if source.pods_from is not None:
         from nodegc.desired.snapshot import SnapshotSource
 
@@ -242,6 +249,30 @@ def make_source(source: SourceSettings, *, prove_current: bool = True) -> Desire
     from nodegc.desired.kube import KubeSource
 
     return KubeSource(source.node_name(), kubeconfig=source.kubeconfig, prove_current=prove_current)
+
+
+STDIN = "-"
+
+
+def stdin_snapshot(node: str | None) -> DesiredSource:
+    """`--pods-from -`: stdin read once, kept in a private file dated 1970. Nobody knows when a piped list
+    was taken, so it never counts as fresh: a scan reports on it, a dry run plans on it (marked stale),
+    and nothing destructive ever acts on it."""
+    import atexit
+    import shutil
+    import sys
+    import tempfile
+
+    from nodegc.desired.snapshot import SnapshotSource
+
+    scratch = Path(tempfile.mkdtemp(prefix="nodegc-stdin-"))
+    atexit.register(shutil.rmtree, scratch, ignore_errors=True)
+    path = scratch / "pods"
+    path.write_bytes(sys.stdin.buffer.read())
+    os.utime(path, (0, 0))
+    source = SnapshotSource(path, node)
+    source.name = "snapshot:-"
+    return source
 
 
 def make_api_client(source: SourceSettings) -> lightkube.Client:
@@ -289,6 +320,8 @@ def make_engine_settings(safety: SafetySettings, phases: PhasePolicy) -> EngineS
                          runtime_endpoint=safety.runtime_endpoint, runtime_timeout=safety.runtime_timeout),
         max_desired_age_seconds=safety.max_desired_age_seconds,
         reclaims_per_minute=safety.reclaims_per_minute,
+        running_orphan_grace_seconds=safety.running_orphan_grace_seconds,
+        stop_running_orphans=safety.stop_running_orphans,
     )
 
 

@@ -24,8 +24,10 @@ from nodegc.model.resources import Kind
 RANGE_LABELS = ("network", "range")
 WATCH_EVENT_TYPES = ("added", "modified", "deleted", "bookmark", "error")
 RELIST_REASONS = ("gone", "stalled", "error")
+RECLAIM_RESULTS = ("ok", "gone", "changed", "failed", "dry_run")
 BLOCK_REASONS = ("source_unavailable", "stale_source", "blast_radius", "rate_limit", "reverification")
-"""Every reason is exported from the start (at 0), so rate() and increase() see the first block."""
+"""Every reason (and every kind and result of a reclaim) is exported from the start at 0, so rate() and
+increase() see the first block or failure."""
 
 SCAN_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
@@ -91,6 +93,12 @@ class Metrics:
             "Unix time of the last cycle that ran to the end without a refusal (stale or unavailable desired "
             "state, blast radius) or a ledger error.", registry=r,
         )
+        self.runtime_up = Gauge("nodegc_runtime_up", "1 when the container runtime answered the last scan, 0 when"
+                                " it could not be read; absent without a runtime.", registry=r)
+        self.running_orphans = Gauge(
+            "nodegc_running_orphan_sandboxes",
+            "READY sandboxes whose pod has been absent from the API longer than the long grace (reported, stopped"
+            " only with --stop-running-orphans).", registry=r)
         self.ready_gauge = Gauge("nodegc_ready", "1 while /readyz answers ok, else 0.", registry=r)
         self.range_capacity = Gauge("nodegc_ip_range_capacity",
                                     "Addresses host-local can hand out in the range set (the gateway excluded).",
@@ -114,6 +122,9 @@ class Metrics:
                               self.range_leak_rate, self.range_allocation_rate, self.range_exhaustion)
         for reason in BLOCK_REASONS:
             self.actions_blocked.labels(reason)
+        for kind in Kind:
+            for result in RECLAIM_RESULTS:
+                self.reclaims.labels(kind.value, result)
         for kind in Kind:
             self.protected_gauge.labels(kind.value).set(0)
         self._range_keys: set[tuple[str, str]] = set()
@@ -161,6 +172,11 @@ class Metrics:
 
     def cycle_succeeded(self, at: float) -> None:
         self.last_success.set(at)
+
+    def runtime(self, reachable: bool | None, running_orphans: int) -> None:
+        if reachable is not None:
+            self.runtime_up.set(1 if reachable else 0)
+        self.running_orphans.set(running_orphans)
 
     def ranges(self, statuses: Iterable[RangeStatus]) -> None:
         """Replace the per-range gauges; a range set no longer seen loses its series."""
