@@ -28,7 +28,7 @@ NAMESPACE = "nodegc-system"
 IMAGE = "nodegc:0.1.0"
 # Chart.yaml says kubeVersion >=1.25; the newest is the newest schema set the package ships.
 K8S_VERSIONS = ("1.25.0", kubernetes_validate.latest_version())
-CRD_KINDS = {("monitoring.coreos.com/v1", "ServiceMonitor")}
+CRD_KINDS = {("monitoring.coreos.com/v1", "ServiceMonitor"), ("monitoring.coreos.com/v1", "PrometheusRule")}
 # Labels only the chart sets (release bookkeeping); everything else must be identical to the manifests.
 CHART_ONLY_LABELS = {"app.kubernetes.io/instance", "app.kubernetes.io/managed-by",
                      "app.kubernetes.io/version", "helm.sh/chart"}
@@ -64,6 +64,9 @@ AGENT_ARGS = ["agent", "--node=$(NODE_NAME)", "--metrics-address=0.0.0.0:9808", 
 CONTROLLER_ARGS = ["controller", "--metrics-address=0.0.0.0:9809", f"--lease-namespace={NAMESPACE}"]
 
 
+MONITORING_ON = ("--set", "serviceMonitor.enabled=true", "--set", "prometheusRule.enabled=true",
+                 "--set", "grafanaDashboard.enabled=true")
+
 # --- loading and rendering -------------------------------------------------------------------------
 
 
@@ -72,8 +75,9 @@ def load_all(text: str) -> list[Obj]:
 
 
 def raw_manifest_files() -> list[Path]:
+    rules = DEPLOY / "monitoring" / "rules"  # Prometheus rule files, not Kubernetes objects
     return sorted(p for p in DEPLOY.rglob("*.yaml")
-                  if CHART not in p.parents and p.name != "kustomization.yaml")
+                  if CHART not in p.parents and rules not in p.parents and p.name != "kustomization.yaml")
 
 
 def by_key(objs: Iterable[Obj]) -> dict[tuple[str, str, str], Obj]:
@@ -119,8 +123,8 @@ def helm_template(helm: str, *args: str) -> list[Obj]:
 
 @pytest.fixture(scope="session")
 def charted(helm: str) -> list[Obj]:
-    """The chart with its defaults plus the ServiceMonitor (off by default, like the base)."""
-    return helm_template(helm, "--set", "serviceMonitor.enabled=true")
+    """The chart with its defaults plus the monitoring objects (off by default, like the base)."""
+    return helm_template(helm, *MONITORING_ON)
 
 
 def pod_spec(o: Obj) -> Obj:
@@ -147,7 +151,7 @@ def test_kustomize_output_validates(kustomized: list[Obj]) -> None:
     validate(kustomized)
     assert {o["kind"] for o in kustomized} == {
         "Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Service",
-        "DaemonSet", "Deployment", "ServiceMonitor"}
+        "DaemonSet", "Deployment", "ServiceMonitor", "PrometheusRule", "ConfigMap"}
     for o in kustomized:
         if o["kind"] not in {"Namespace", "ClusterRole", "ClusterRoleBinding"}:
             assert o["metadata"]["namespace"] == NAMESPACE, o["metadata"]["name"]
@@ -155,13 +159,13 @@ def test_kustomize_output_validates(kustomized: list[Obj]) -> None:
 
 def test_helm_lint(helm: str) -> None:
     run([helm, "lint", "--strict", str(CHART)])
-    run([helm, "lint", "--strict", str(CHART), "--set", "serviceMonitor.enabled=true"])
+    run([helm, "lint", "--strict", str(CHART), *MONITORING_ON])
 
 
 def test_chart_renders_valid_objects(charted: list[Obj], helm: str) -> None:
     validate(charted)
     defaults = helm_template(helm)
-    assert "ServiceMonitor" not in {o["kind"] for o in defaults}
+    assert not {"ServiceMonitor", "PrometheusRule", "ConfigMap"} & {o["kind"] for o in defaults}
     validate(defaults)
 
 

@@ -11,29 +11,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
-from nodegc.sandbox.containerd import SandboxContainerd, SandboxSpec, new_spec
+from nodegc.sandbox.containerd import SandboxContainerd, SandboxSpec, new_spec, pod_record, write_pods
 from nodegc.sandbox.node import NETWORK_NAME, SandboxNode
 
 Runtime = tuple[SandboxNode, SandboxContainerd]
-
-
-def _pod(node: SandboxNode, spec: SandboxSpec, ip: str | None, phase: str = "Running") -> dict[str, Any]:
-    status: dict[str, Any] = {"phase": phase, "hostIP": node.host_ip}
-    if ip:
-        status |= {"podIP": ip, "podIPs": [{"ip": ip}]}
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": spec.name, "namespace": spec.namespace, "uid": spec.uid,
-                         "creationTimestamp": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")},
-            "spec": {"nodeName": node.node_name, "containers": [{"name": "app"}]}, "status": status}
-
-
-def _snapshot(node: SandboxNode, path: Path, pods: list[dict[str, Any]]) -> Path:
-    path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": pods}))
-    return path
 
 
 def _nodegc(node: SandboxNode, rt: SandboxContainerd, snap: Path, *argv: str) -> subprocess.CompletedProcess[str]:
@@ -86,8 +69,8 @@ def test_reboot_orphans_and_id_only_files(containerd_node: Runtime, tmp_path: Pa
     results = node.cni_data_dir / "results"
     (results / f"{NETWORK_NAME}-{old['db']}-eth0").unlink()
 
-    snap = _snapshot(node, tmp_path / "pods.json",
-                     [_pod(node, s, new_state[s.name][1][0]) for s in (web, db)])  # type: ignore[index]
+    snap = write_pods(tmp_path / "pods.json",
+                      [pod_record(node, s, new_state[s.name][1][0]) for s in (web, db)])  # type: ignore[index]
     scan = _nodegc(node, rt, snap, "scan", "-o", "json")
     assert scan.returncode in (0, 3), scan.stderr
     doc = json.loads(scan.stdout)

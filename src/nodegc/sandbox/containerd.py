@@ -445,6 +445,31 @@ def remove_cgroups(name: str, root: Path = Path("/sys/fs/cgroup")) -> None:
                 d.rmdir()
 
 
+def pod_record(node: SandboxNode, spec: SandboxSpec, ip: str | None, phase: str = "Running") -> dict[str, Any]:
+    """The API's view of a pod the runtime runs (one item of `kubectl get pods -o json`)."""
+    status: dict[str, Any] = {"phase": phase, "hostIP": node.host_ip}
+    if ip:
+        status |= {"podIP": ip, "podIPs": [{"ip": ip}]}
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": spec.name, "namespace": spec.namespace, "uid": spec.uid,
+                         "creationTimestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
+            "spec": {"nodeName": node.node_name, "containers": [{"name": "app"}]}, "status": status}
+
+
+def write_pods(path: Path, records: list[dict[str, Any]]) -> Path:
+    path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": records}))
+    return path
+
+
+def sandbox_ips(runtime: SandboxContainerd, sandbox_id: str) -> tuple[str, ...]:
+    with runtime.client() as c:
+        reply = c.sandbox_status(sandbox_id)
+    if reply is None:
+        return ()
+    net = reply.status.network
+    return tuple(ip for ip in (net.ip, *(a.ip for a in net.additional_ips)) if ip)
+
+
 def new_spec(name: str, *, namespace: str = "default", host_port: int | None = None) -> SandboxSpec:
     return SandboxSpec(name=name, namespace=namespace, uid=str(uuid.uuid4()), host_port=host_port)
 
