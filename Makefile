@@ -43,6 +43,7 @@ tools: $(VENV)/bin/helm
 
 lint: venv
 	$(VENV)/bin/ruff check src tests bench scripts
+	$(VENV)/bin/lint-imports --no-cache
 
 typecheck: venv
 	$(VENV)/bin/mypy

@@ -157,25 +157,15 @@ class Engine:
             raise
 
     def _cycle(self) -> CycleReport:
+        """detect -> mark -> (guards) -> terminate -> clean -> confirm; each step's writes reach the ledger
+        before the next step acts on them."""
         report = CycleReport()
-        desired = self._fresh_desired(report)
-        if desired is None:
+        detected = self._detect(report)
+        if detected is None:
             return report
-        inventory, findings = self._scan(desired, report)
-        report.findings = findings
+        desired, inventory, findings = detected
         now = self.clock()
-        report.ranges = self.ip_ranges.observe(range_usage(inventory, findings), now)
-        self.metrics.ranges(report.ranges)
-        unreadable = frozenset(p.kind for p in inventory.problems)
-        items = self.ledger.items(active_only=True)
-        self._persist(reconcile(items, findings, {k: identity_of(r) for k, r in resources(inventory).items()},
-                                now=now, policy=self.settings.phases, unreadable=unreadable), now)
-        protected: dict[str, int] = {}
-        for f in findings:
-            if f.cls is FindingClass.PROTECTED:
-                # Would be residue, but young or possibly a starting pod's: kept, and not a refusal.
-                protected[f.kind.value] = protected.get(f.kind.value, 0) + 1
-        self.metrics.protected(protected)
+        self._mark(inventory, findings, now)
         refusal = blast_radius_refusal(findings, desired, self.settings.blast_radius)
         if refusal:
             self._block(report, "blast_radius", refusal)
@@ -191,6 +181,30 @@ class Engine:
         if not any(b.split(":", 1)[0] in _REFUSALS for b in report.blocked):
             self.metrics.cycle_succeeded(self.clock())
         return report
+
+    def _detect(self, report: CycleReport) -> tuple[DesiredState, Inventory, tuple[Finding, ...]] | None:
+        """A fresh desired state joined with one read of the node; None when the desired state is unusable."""
+        desired = self._fresh_desired(report)
+        if desired is None:
+            return None
+        inventory, findings = self._scan(desired, report)
+        report.findings = findings
+        report.ranges = self.ip_ranges.observe(range_usage(inventory, findings), self.clock())
+        self.metrics.ranges(report.ranges)
+        protected: dict[str, int] = {}
+        for f in findings:
+            if f.cls is FindingClass.PROTECTED:
+                # Would be residue, but young or possibly a starting pod's: kept, and not a refusal.
+                protected[f.kind.value] = protected.get(f.kind.value, 0) + 1
+        self.metrics.protected(protected)
+        return desired, inventory, findings
+
+    def _mark(self, inventory: Inventory, findings: tuple[Finding, ...], now: float) -> None:
+        """Every finding updates its ledger item: first seen, scans in a row, marked after K scans and grace."""
+        unreadable = frozenset(p.kind for p in inventory.problems)
+        items = self.ledger.items(active_only=True)
+        self._persist(reconcile(items, findings, {k: identity_of(r) for k, r in resources(inventory).items()},
+                                now=now, policy=self.settings.phases, unreadable=unreadable), now)
 
     # -- detect ----------------------------------------------------------------------------------
 

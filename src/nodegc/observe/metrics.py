@@ -24,8 +24,10 @@ from nodegc.model.resources import Kind
 RANGE_LABELS = ("network", "range")
 WATCH_EVENT_TYPES = ("added", "modified", "deleted", "bookmark", "error")
 RELIST_REASONS = ("gone", "stalled", "error")
+RECLAIM_RESULTS = ("ok", "gone", "changed", "failed", "dry_run")
 BLOCK_REASONS = ("source_unavailable", "stale_source", "blast_radius", "rate_limit", "reverification")
-"""Every reason is exported from the start (at 0), so rate() and increase() see the first block."""
+"""Every reason (and every kind and result of a reclaim) is exported from the start at 0, so rate() and
+increase() see the first block or failure."""
 
 SCAN_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
@@ -114,6 +116,9 @@ class Metrics:
                               self.range_leak_rate, self.range_allocation_rate, self.range_exhaustion)
         for reason in BLOCK_REASONS:
             self.actions_blocked.labels(reason)
+        for kind in Kind:
+            for result in RECLAIM_RESULTS:
+                self.reclaims.labels(kind.value, result)
         for kind in Kind:
             self.protected_gauge.labels(kind.value).set(0)
         self._range_keys: set[tuple[str, str]] = set()
