@@ -10,20 +10,22 @@ FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md constraints.txt ./
 COPY src ./src
+# constraints.txt pins every runtime dependency (the set the tests ran with): two builds of one commit
+# install the same packages.
 RUN python -m pip wheel --no-deps --wheel-dir /wheels . \
  && python -m venv /opt/nodegc \
- && /opt/nodegc/bin/pip install /wheels/nodegc-*.whl
+ && /opt/nodegc/bin/pip install --constraint constraints.txt /wheels/nodegc-*.whl
 
 # --- run ---------------------------------------------------------------------------------------------
 FROM ${PYTHON_IMAGE}
 # What nodegc executes at run time:
 #   iptables    iptables-save / iptables-restore (and ip6tables-*) for CNI chains and hostport rules; the
 #               node's CNI plugins (run from the node's /opt/cni/bin through a hostPath) call iptables too.
-#               Debian's default backend is nft; a node whose rules live in the legacy backend needs
-#               `update-alternatives --set iptables /usr/sbin/iptables-legacy` (and ip6tables) in a derived
-#               image, or a wrapper that picks the backend the node uses.
+#               Debian's package ships both backends (iptables-legacy-* and iptables-nft-*); nodegc
+#               detects which one holds the node's rules at start, as kube-proxy and Calico do
+#               (`--iptables-backend auto`), so one image serves legacy and nft nodes alike.
 #   util-linux  nsenter, to run iptables and CNI plugins in the node's network namespace.
 #   iproute2    not called by nodegc (it uses netlink directly); kept for `ip netns` / `ip link` when an
 #               operator diagnoses a node through `kubectl exec`.

@@ -2,12 +2,15 @@
 
 Light on purpose: `--help` and `--version` import only the flag definitions (nodegc/flags.py). The
 settings are built by nodegc/wiring.py; the commands live in nodegc/commands.py, agent.py and
-controller.py, and none of them imports this module.
+controller.py, and none of them imports this module. Installed as `nodegc` and as `kubectl-nodegc`
+(the name kubectl looks for, so `kubectl nodegc scan` works).
 """
 
 from __future__ import annotations
 
+import argparse
 import io
+import os
 import sys
 from collections.abc import Sequence
 
@@ -16,38 +19,58 @@ from nodegc.exitcodes import (
     EXIT_CLEAN,
     EXIT_ERROR,
     EXIT_INTERRUPTED,
+    EXIT_NODE_UNSEEN,
     EXIT_RESIDUE,
     EXIT_SOURCE,
     EXIT_USAGE,
 )
 from nodegc.flags import build_parser
 
-__all__ = ["EXIT_BLOCKED", "EXIT_CLEAN", "EXIT_ERROR", "EXIT_INTERRUPTED", "EXIT_RESIDUE", "EXIT_SOURCE",
-           "EXIT_USAGE", "build_parser", "main"]
+__all__ = ["EXIT_BLOCKED", "EXIT_CLEAN", "EXIT_ERROR", "EXIT_INTERRUPTED", "EXIT_NODE_UNSEEN", "EXIT_RESIDUE",
+           "EXIT_SOURCE", "EXIT_USAGE", "build_parser", "main"]
+
+
+def prog_name(argv0: str) -> str:
+    """`kubectl nodegc` when kubectl runs us as its plugin, else `nodegc`."""
+    return "kubectl nodegc" if os.path.basename(argv0).startswith("kubectl-") else "nodegc"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    words = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
-    args = parser.parse_args(argv)
+    parser.prog = prog_name(sys.argv[0] if argv is None else "nodegc")
+    args = parser.parse_args(words)
     # Text that is not valid Unicode (a lone surrogate in a name) is printed escaped, never a crash.
     for stream in (sys.stdout, sys.stderr):
         if isinstance(stream, io.TextIOWrapper):
             stream.reconfigure(errors="backslashreplace")
+    if args.command == "completion":
+        from nodegc.completion import script
+
+        sys.stdout.write(script(args.shell))
+        return EXIT_CLEAN
+    if getattr(args, "config", None) is not None:
+        from nodegc.config import ConfigError, apply
+
+        try:
+            apply(parser, args.command, words, args, args.config)
+        except ConfigError as e:
+            print(f"nodegc: {e}", file=sys.stderr)
+            return EXIT_USAGE
     from nodegc.observe.logs import configure_logging
 
     fmt = {"auto": None, "json": True, "console": False}[args.log_format]
-    level = args.log_level or ("info" if args.command in ("agent", "controller") else "warning")
+    # One-shot commands print what went wrong themselves (once, with a hint): their logs stay quiet by default.
+    level = args.log_level or ("info" if args.command in ("agent", "controller") else "error")
     configure_logging(level, json_output=fmt)
     try:
         return _dispatch(args.command, args)
     except KeyboardInterrupt:
+        print("nodegc: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
 
 
-def _dispatch(command: str, args: object) -> int:
-    import argparse
-
-    assert isinstance(args, argparse.Namespace)
+def _dispatch(command: str, args: argparse.Namespace) -> int:
     from nodegc import wiring
 
     if command == "scan":

@@ -28,6 +28,7 @@ from nodegc.flags import add_controller_parser
 from nodegc.kube.endpointslices import EndpointSliceSweeper, SweepOptions, SweepReport
 from nodegc.kube.events import EventRecorder, FlushReport
 from nodegc.kube.leases import LeaderElector, LeaseConfig
+from nodegc.observe.health import HealthServer, HealthServerError
 from nodegc.observe.logs import get_logger
 from nodegc.observe.metrics import MetricsServer
 
@@ -121,6 +122,24 @@ class Controller:
         self.sweeper = EndpointSliceSweeper(client, is_leader=self.elector.is_leader, events=events,
                                             options=settings.sweep)
         self._last_pass_failed = False
+        self._ticked: float | None = None
+        """Monotonic time of the loop's last turn (None before the first): what /healthz reads."""
+        self._started = time.monotonic()
+
+    def live(self) -> tuple[bool, str]:
+        """The loop turns: a turn within three of its longest waits (or since start, before the first)."""
+        window = 3 * max(self.settings.interval, self.settings.lease.retry_period) + 30
+        last = self._ticked if self._ticked is not None else self._started
+        age = time.monotonic() - last
+        return (age < window, f"last loop turn {age:.0f}s ago (limit {window:.0f}s)")
+
+    def ready(self) -> tuple[bool, str]:
+        """Ready once the loop turned, unless its last pass as leader could not read the cluster."""
+        if self._ticked is None:
+            return False, "starting"
+        if self._last_pass_failed:
+            return False, "the last pass could not read the cluster"
+        return True, "leader" if self.elector.is_leader() else "follower"
 
     def run(self, stop: threading.Event, *, max_passes: int = 0) -> None:
         """Until `stop` is set (or `max_passes` passes): a pass every interval while leader."""
@@ -134,6 +153,7 @@ class Controller:
             while not stop.is_set():
                 started = time.monotonic()
                 report = self.run_once()
+                self._ticked = time.monotonic()
                 passes += 1
                 if max_passes and passes >= max_passes:
                     break
@@ -203,7 +223,7 @@ def cmd_controller(args: argparse.Namespace) -> int:
             raise ValueError(
                 "--interval must be positive, --max-patches-per-pass >= 0, --events-per-minute >= 1")
     except ValueError as e:
-        print(f"nodegc: {e}", file=sys.stderr)
+        print(f"nodegc: --lease-duration {args.lease_duration:g} is not usable: {e}", file=sys.stderr)
         return EXIT_USAGE
     settings = ControllerSettings(
         lease=lease, interval=args.interval, events_per_minute=args.events_per_minute,
@@ -215,12 +235,15 @@ def cmd_controller(args: argparse.Namespace) -> int:
         print(f"nodegc: {e}", file=sys.stderr)
         return EXIT_SOURCE
     metrics = ControllerMetrics()
+    controller = Controller(client, settings, metrics=metrics)
     server = None
     if args.metrics_address:
         host, _, port = args.metrics_address.rpartition(":")
         try:
-            server = metrics.serve(host or "0.0.0.0", int(port))  # noqa: S104 - the metrics port of a pod
-        except (OSError, ValueError) as e:
+            # /metrics, /healthz and /readyz on one port, as the agent serves them.
+            server = HealthServer(host or "0.0.0.0", int(port), metrics=metrics,  # noqa: S104 - a pod's port
+                                  live=controller.live, ready=controller.ready).start()
+        except (HealthServerError, ValueError) as e:
             print(f"nodegc: cannot serve metrics on {args.metrics_address}: {e}", file=sys.stderr)
             client.close()
             return EXIT_USAGE
@@ -229,7 +252,7 @@ def cmd_controller(args: argparse.Namespace) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
     try:
-        Controller(client, settings, metrics=metrics).run(stop, max_passes=args.max_passes)
+        controller.run(stop, max_passes=args.max_passes)
     finally:
         if server is not None:
             server.shutdown()

@@ -14,5 +14,8 @@ EXIT_SOURCE = 4
 """The desired state could not be read (API unreachable, snapshot unreadable)."""
 EXIT_BLOCKED = 5
 """A safety guard refused to act (stale desired state, blast radius, the ledger held by another nodegc)."""
+EXIT_NODE_UNSEEN = 6
+"""`scan` cannot see the node: the kubelet root or CNI data dir is missing, or no pod directory exists while the
+desired state lists running pods on the node (a wrong --kubelet-root, a container without the host mounts)."""
 EXIT_INTERRUPTED = 130
 """SIGINT (Ctrl-C) in a one-shot command: 128 + SIGINT, as shells report it."""

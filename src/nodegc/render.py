@@ -48,6 +48,8 @@ class Report:
     taken_at: datetime
     findings: Sequence[Finding]
     problems: Sequence[ReadProblem]
+    unseen: Sequence[str] = ()
+    """Why the scan cannot see the node (a missing root, no pod directory while pods run): not a clean node."""
     ranges: Sequence[RangeUsage] = ()
     range_problems: Sequence[str] = ()
     runtime: RuntimeView | None = None
@@ -91,6 +93,7 @@ def report_doc(report: Report) -> dict[str, Any]:
         "runtime": runtime_doc(report.runtime),
         "findings": [finding_doc(f) for f in report.findings],
         "problems": [{"kind": p.kind.value, "path": p.path, "reason": p.reason} for p in report.problems],
+        "unseen": list(report.unseen),
         "ipRanges": [range_doc(u) for u in report.ranges],
         "ipRangeProblems": list(report.range_problems),
     }
@@ -199,6 +202,8 @@ def render_table(report: Report, *, show_all: bool = False) -> str:
     )
     for p in report.problems:
         lines.append(f"problem: {p.kind.value} {p.path}: {p.reason}")
+    for reason in report.unseen:
+        lines.append(f"UNSEEN  {reason}")
     if report.ranges:
         lines.append("")
         lines += render_ranges(report.ranges)

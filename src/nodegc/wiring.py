@@ -131,6 +131,7 @@ class HistorySettings:
 class ExplainSettings:
     item: str
     state_dir: Path = Path(defaults.STATE_DIR)
+    output: str = "table"
 
     @property
     def ledger_path(self) -> Path:
@@ -225,7 +226,7 @@ def history_from_args(args: argparse.Namespace) -> HistorySettings:
 
 
 def explain_from_args(args: argparse.Namespace) -> ExplainSettings:
-    return ExplainSettings(item=args.item, state_dir=args.state_dir)
+    return ExplainSettings(item=args.item, state_dir=args.state_dir, output=args.output)
 
 
 # -- settings -> parts ------------------------------------------------------------------------------
@@ -235,6 +236,8 @@ def make_source(source: SourceSettings, *, prove_current: bool = True) -> Desire
     """One list per fetch (scan, clean); the agent watches instead (make_reflector). `prove_current`: an
     API list must prove it is current (the node Lease) before it may drive destructive steps."""
     node = source.node or os.environ.get("NODE_NAME")
+    if source.pods_from is not None and str(source.pods_from) == STDIN:
+        return stdin_snapshot(node)
     if source.pods_from is not None:
         from nodegc.desired.snapshot import SnapshotSource
 
@@ -242,6 +245,30 @@ def make_source(source: SourceSettings, *, prove_current: bool = True) -> Desire
     from nodegc.desired.kube import KubeSource
 
     return KubeSource(source.node_name(), kubeconfig=source.kubeconfig, prove_current=prove_current)
+
+
+STDIN = "-"
+
+
+def stdin_snapshot(node: str | None) -> DesiredSource:
+    """`--pods-from -`: stdin read once, kept in a private file dated 1970. Nobody knows when a piped list
+    was taken, so it never counts as fresh: a scan reports on it, a dry run plans on it (marked stale),
+    and nothing destructive ever acts on it."""
+    import atexit
+    import shutil
+    import sys
+    import tempfile
+
+    from nodegc.desired.snapshot import SnapshotSource
+
+    scratch = Path(tempfile.mkdtemp(prefix="nodegc-stdin-"))
+    atexit.register(shutil.rmtree, scratch, ignore_errors=True)
+    path = scratch / "pods"
+    path.write_bytes(sys.stdin.buffer.read())
+    os.utime(path, (0, 0))
+    source = SnapshotSource(path, node)
+    source.name = "snapshot:-"
+    return source
 
 
 def make_api_client(source: SourceSettings) -> lightkube.Client:

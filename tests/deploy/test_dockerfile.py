@@ -120,3 +120,65 @@ def test_copied_sources_exist_and_are_not_ignored() -> None:
         for src in sources:
             assert (REPO / src).exists(), f"COPY {src}: no such file in the repository"
             assert f"!{src.rstrip('/')}" in {line.rstrip("/") for line in ignore}, f"{src} is not let through"
+
+
+# --- the dependency set the image installs -----------------------------------------------------------
+
+
+def _pins() -> dict[str, str]:
+    pins = {}
+    for raw in (REPO / "constraints.txt").read_text().splitlines():
+        line = raw.split("#", 1)[0].strip()
+        if line:
+            name, _, version = line.partition("==")
+            assert version, f"constraints.txt: {line!r} is not pinned with =="
+            pins[_norm(name)] = version
+    return pins
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def test_the_image_installs_from_the_constraints_file() -> None:
+    runs = " ".join(rest for word, rest in instructions() if word == "RUN")
+    assert re.search(r"pip install (--constraint|-c) constraints.txt", runs)
+    copies = " ".join(rest for word, rest in instructions() if word == "COPY")
+    assert "constraints.txt" in copies
+
+
+def test_constraints_pin_the_whole_runtime_closure_inside_the_declared_ranges() -> None:
+    """Every runtime dependency, transitively, is pinned; each pin satisfies pyproject's range; and the
+    venv the tests run in has exactly those versions (so the pins are the tested set)."""
+    from importlib.metadata import PackageNotFoundError, distribution, requires
+
+    from packaging.requirements import Requirement
+
+    pins = _pins()
+    declared = [Requirement(r) for r in tomllib.loads((REPO / "pyproject.toml").read_text())["project"][
+        "dependencies"]]
+    for req in declared:
+        assert _norm(req.name) in pins, f"{req.name} is not in constraints.txt"
+        assert req.specifier.contains(pins[_norm(req.name)]), f"{req.name}=={pins[_norm(req.name)]} not in {req}"
+        assert any(s.operator in ("<", "<=", "==", "~=") for s in req.specifier), f"{req.name} has no upper bound"
+    seen: set[str] = set()
+    todo = [(r.name, frozenset(r.extras)) for r in declared]
+    done: set[tuple[str, frozenset[str]]] = set()
+    while todo:
+        raw, extras = todo.pop()
+        name = _norm(raw)
+        if (name, extras) in done:
+            continue
+        done.add((name, extras))
+        seen.add(name)
+        assert name in pins, f"{name} (a runtime dependency) is not pinned in constraints.txt"
+        try:
+            installed = distribution(name).version
+        except PackageNotFoundError:
+            raise AssertionError(f"{name} is pinned but not installed in the test venv") from None
+        assert installed == pins[name], f"the tests ran with {name} {installed}, constraints.txt pins {pins[name]}"
+        for r in requires(name) or []:
+            req = Requirement(r)
+            if req.marker is None or any(req.marker.evaluate({"extra": e}) for e in {"", *extras}):
+                todo.append((req.name, frozenset(req.extras)))
+    assert set(pins) == seen, f"pinned but not needed: {sorted(set(pins) - seen)}"

@@ -32,6 +32,8 @@ CRD_KINDS = {("monitoring.coreos.com/v1", "ServiceMonitor"), ("monitoring.coreos
 # Labels only the chart sets (release bookkeeping); everything else must be identical to the manifests.
 CHART_ONLY_LABELS = {"app.kubernetes.io/instance", "app.kubernetes.io/managed-by",
                      "app.kubernetes.io/version", "helm.sh/chart"}
+# Pod annotations only the chart sets (kustomize cannot hash the ConfigMap into the pod template).
+CHART_ONLY_POD_ANNOTATIONS = {"checksum/config"}
 
 RELABEL_ACTIONS = {"replace", "keep", "drop", "labelmap", "labeldrop", "labelkeep", "hashmod", "lowercase",
                    "uppercase", "keepequal", "dropequal"}
@@ -59,8 +61,10 @@ AGENT_MOUNTS = {
     "/run/xtables.lock": ("/run/xtables.lock", "FileOrCreate", None, False),
     "/var/lib/nodegc": ("/var/lib/nodegc", "DirectoryOrCreate", None, False),
     "/tmp": (None, None, None, False),  # an emptyDir: the root filesystem is read-only
+    "/etc/nodegc": (None, None, None, True),  # the config file, from a ConfigMap
 }
-AGENT_ARGS = ["agent", "--node=$(NODE_NAME)", "--metrics-address=0.0.0.0:9808", "--state-dir=/var/lib/nodegc"]
+AGENT_ARGS = ["agent", "--config=/etc/nodegc/agent.yaml", "--node=$(NODE_NAME)", "--metrics-address=0.0.0.0:9808",
+              "--state-dir=/var/lib/nodegc"]
 CONTROLLER_ARGS = ["controller", "--metrics-address=0.0.0.0:9809", f"--lease-namespace={NAMESPACE}"]
 
 
@@ -123,8 +127,9 @@ def helm_template(helm: str, *args: str) -> list[Obj]:
 
 @pytest.fixture(scope="session")
 def charted(helm: str) -> list[Obj]:
-    """The chart with its defaults plus the monitoring objects (off by default, like the base)."""
-    return helm_template(helm, *MONITORING_ON)
+    """The chart with its defaults plus the monitoring objects (off by default, like the base) and the
+    Namespace (the base creates it; the chart leaves it to --create-namespace by default)."""
+    return helm_template(helm, *MONITORING_ON, "--set", "namespace.create=true")
 
 
 def pod_spec(o: Obj) -> Obj:
@@ -151,7 +156,7 @@ def test_kustomize_output_validates(kustomized: list[Obj]) -> None:
     validate(kustomized)
     assert {o["kind"] for o in kustomized} == {
         "Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Service",
-        "DaemonSet", "Deployment", "ServiceMonitor", "PrometheusRule", "ConfigMap"}
+        "DaemonSet", "Deployment", "ServiceMonitor", "PrometheusRule", "ConfigMap", "PodDisruptionBudget"}
     for o in kustomized:
         if o["kind"] not in {"Namespace", "ClusterRole", "ClusterRoleBinding"}:
             assert o["metadata"]["namespace"] == NAMESPACE, o["metadata"]["name"]
@@ -165,7 +170,9 @@ def test_helm_lint(helm: str) -> None:
 def test_chart_renders_valid_objects(charted: list[Obj], helm: str) -> None:
     validate(charted)
     defaults = helm_template(helm)
-    assert not {"ServiceMonitor", "PrometheusRule", "ConfigMap"} & {o["kind"] for o in defaults}
+    assert not {"ServiceMonitor", "PrometheusRule"} & {o["kind"] for o in defaults}
+    # The one ConfigMap by default is the agent's config file, not the (optional) dashboard.
+    assert [o["metadata"]["name"] for o in defaults if o["kind"] == "ConfigMap"] == ["nodegc-agent-config"]
     validate(defaults)
 
 
@@ -196,6 +203,13 @@ def strip_chart_labels(o: Obj) -> Obj:
     labels = o["metadata"].get("labels", {})
     for k in CHART_ONLY_LABELS:
         labels.pop(k, None)
+    template = o.get("spec", {}).get("template", {}).get("metadata")
+    if template is not None:
+        annotations = template.get("annotations", {})
+        for k in CHART_ONLY_POD_ANNOTATIONS:
+            annotations.pop(k, None)
+        if not annotations:
+            template.pop("annotations", None)
     return o
 
 

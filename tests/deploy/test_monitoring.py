@@ -121,6 +121,6 @@ def test_kustomize_and_chart_ship_the_same_rules_and_dashboard(kubectl: str, hel
     exprs = [r["expr"] for g in crule["spec"]["groups"] for r in g["rules"]]
     assert any('job="gc-agent-metrics"' in e for e in exprs) and any('job="gc-controller-metrics"' in e for e in exprs)
     assert not any("nodegc-agent-metrics" in e or "nodegc-controller-metrics" in e for e in exprs)
-    (ccm,) = _objects(chart, "ConfigMap")
+    (ccm,) = [o for o in _objects(chart, "ConfigMap") if "grafana_dashboard" in o["metadata"].get("labels", {})]
     assert ccm["metadata"]["labels"]["grafana_dashboard"] == "1" and ccm["metadata"]["namespace"] == "mon"
     assert json.loads(ccm["data"]["nodegc.json"]) == json.loads(DASHBOARD.read_text())

@@ -41,7 +41,9 @@ def test_agent_reclaims_after_k_scans_and_keeps_an_audit_trail(sandbox_node: San
     assert scan.returncode == 0, scan.stdout[-3000:]
 
     history = nodegc("history", "--state-dir", str(state), "--owner", gone.uid, "-o", "json")
-    rows = json.loads(history.stdout)
+    doc = json.loads(history.stdout)
+    assert (doc["apiVersion"], doc["kind"]) == ("nodegc.io/v1alpha1", "History")
+    rows = doc["items"]
     by_item: dict[str, list[str]] = {}
     for row in rows:
         by_item.setdefault(row["item"], []).append(row["to"])

@@ -16,13 +16,18 @@ import time
 from collections.abc import Callable, Iterable
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import ClassVar
+from typing import ClassVar, Protocol
 
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-
-from nodegc.observe.metrics import Metrics
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 Check = Callable[[], tuple[bool, str]]
+
+
+class Metrics(Protocol):
+    """What /metrics serves: one registry (the agent's Metrics, the controller's ControllerMetrics)."""
+
+    @property
+    def registry(self) -> CollectorRegistry: ...
 
 _TEXT = "text/plain; charset=utf-8"
 # Blocks of a cycle that mean the agent does not know the desired state: it must not report ready.

@@ -25,3 +25,12 @@ app.kubernetes.io/component: agent
 app.kubernetes.io/name: nodegc
 app.kubernetes.io/component: controller
 {{- end -}}
+
+{{/* The agent's config file: `nodegc agent --config` reads it; every key is a `nodegc agent` flag. */}}
+{{- define "nodegc.agentConfig" -}}
+apiVersion: nodegc.io/v1alpha1
+kind: AgentConfig
+{{- with .Values.agent.config }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
