@@ -135,8 +135,8 @@ def cmd_scan(settings: ScanSettings) -> int:
     denied = require_root("nodegc scan")
     if denied is not None:
         return denied
-    source = make_source(settings.source, prove_current=False)  # read only: no destructive step follows
     try:
+        source = make_source(settings.source, prove_current=False)  # read only: no destructive step follows
         desired = source.fetch()
     except SourceError as e:
         return fail(f"cannot read the pods bound to this node: {e}", hint=source_hint(settings.source, str(e)),
@@ -283,7 +283,10 @@ def _run_clean(settings: CleanSettings, executor: Executor, engine_settings: Eng
                sleep: Callable[[float], None]) -> tuple[CycleReport, bool]:
     where: Path | str = settings.safety.ledger_path if settings.apply else ":memory:"
     stale = False
-    source = make_source(settings.source)  # once: `--pods-from -` reads stdin once
+    try:
+        source = make_source(settings.source)  # once: `--pods-from -` reads stdin once
+    except SourceError as e:
+        return CycleReport(blocked=[f"source_unavailable: desired state unavailable: {e}"]), False
     with open_ledger(where) as ledger:
         engine = Engine(roots=settings.roots, source=source, ledger=ledger,
                         executor=executor, settings=engine_settings)

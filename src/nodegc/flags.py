@@ -230,6 +230,10 @@ def add_source_flags(p: argparse.ArgumentParser) -> None:
     src.add_argument("--kubeconfig", type=Path, metavar="FILE",
                      help="kubeconfig (default: in-cluster config, then $KUBECONFIG, several files merged as "
                           "kubectl does, or ~/.kube/config)")
+    g.add_argument("--context", default=None, metavar="NAME",
+                   help="the kubeconfig context to use (default: its current-context)")
+    g.add_argument("--request-timeout", type=seconds(">", 0), default=defaults.REQUEST_TIMEOUT_SECONDS,
+                   metavar="DURATION", help="one API request at most, e.g. 10s, 1m")
 
 
 def add_engine_flags(p: argparse.ArgumentParser) -> None:

@@ -55,6 +55,10 @@ class SourceSettings:
     """--node; None: $NODE_NAME, else inferred from the snapshot, else the hostname."""
     pods_from: Path | None = None
     kubeconfig: Path | None = None
+    context: str | None = None
+    """--context: a kubeconfig context other than the current one."""
+    request_timeout: float = defaults.REQUEST_TIMEOUT_SECONDS
+    """--request-timeout: one API request at most."""
 
     def node_name(self) -> str:
         """The node the API is asked about (a snapshot may instead name it itself)."""
@@ -156,7 +160,8 @@ def roots_from_args(args: argparse.Namespace) -> Roots:
 
 
 def source_from_args(args: argparse.Namespace) -> SourceSettings:
-    return SourceSettings(node=args.node, pods_from=args.pods_from, kubeconfig=args.kubeconfig)
+    return SourceSettings(node=args.node, pods_from=args.pods_from, kubeconfig=args.kubeconfig,
+                          context=args.context, request_timeout=args.request_timeout)
 
 
 def safety_from_args(args: argparse.Namespace) -> SafetySettings:
@@ -244,7 +249,9 @@ def make_source(source: SourceSettings, *, prove_current: bool = True) -> Desire
         return SnapshotSource(source.pods_from, node)
     from nodegc.desired.kube import KubeSource
 
-    return KubeSource(source.node_name(), kubeconfig=source.kubeconfig, prove_current=prove_current)
+    # The client is built here (with --context and --request-timeout): a SourceError now if it cannot be.
+    return KubeSource(source.node_name(), client=make_api_client(source), timeout=source.request_timeout,
+                      prove_current=prove_current)
 
 
 STDIN = "-"
@@ -273,9 +280,14 @@ def stdin_snapshot(node: str | None) -> DesiredSource:
 
 def make_api_client(source: SourceSettings) -> lightkube.Client:
     """The process's one API client (watch, live GETs, Events); SourceError when it cannot be set up."""
-    from nodegc.desired.kube import build_client
+    from nodegc.api.client import make_client
+    from nodegc.api.errors import KubeError
+    from nodegc.desired.source import SourceError
 
-    return build_client(source.kubeconfig, timeout=defaults.REQUEST_TIMEOUT_SECONDS)
+    try:
+        return make_client(source.kubeconfig, context=source.context, timeout=source.request_timeout)
+    except KubeError as e:
+        raise SourceError(str(e)) from e
 
 
 def make_reflector(
@@ -296,7 +308,7 @@ def make_event_recorder(
     from nodegc.kube.events import EventRecorder
 
     if client is None:
-        client = make_client(source.kubeconfig)
+        client = make_client(source.kubeconfig, context=source.context, timeout=source.request_timeout)
     return EventRecorder(client, component="nodegc", instance=node, host=node)
 
 
