@@ -50,6 +50,7 @@ from nodegc.wiring import (
     make_executor,
     make_source,
     open_ledger,
+    reads_stdin,
 )
 
 log = get_logger("nodegc.commands")
@@ -230,13 +231,17 @@ def _state(outcome: Outcome) -> str:
 def cmd_clean(settings: CleanSettings, *, sleep: Callable[[float], None] = time.sleep) -> int:
     """One shot. Without --apply: an in-memory ledger and the dry-run executor, so nothing on the node
     or on disk changes. With --apply: the node's ledger (locked against a running agent)."""
+    if settings.apply and reads_stdin(settings.source):
+        return fail("clean --apply does not act on a list read from stdin", hint=stale_hint(
+            settings.source, settings.safety.max_desired_age_seconds), code=EXIT_USAGE)
     denied = require_root("nodegc clean") if settings.apply else None
     if denied is not None:
         return denied
     progress = Progress(table=settings.output == "table", out=sys.stdout, err=sys.stderr)
     executor = make_executor(settings.roots, dry_run=not settings.apply, timeout=settings.safety.command_timeout,
                              runtime_endpoint=settings.safety.runtime_endpoint,
-                             runtime_timeout=settings.safety.runtime_timeout)
+                             runtime_timeout=settings.safety.runtime_timeout,
+                             iptables_backend=settings.safety.iptables_backend)
     if settings.apply:
         executor = StreamingExecutor(executor, progress)
     engine_settings = make_engine_settings(settings.safety, ONE_SHOT_PHASES)
@@ -259,6 +264,8 @@ def cmd_clean(settings: CleanSettings, *, sleep: Callable[[float], None] = time.
     else:
         emit(doc, settings.output)
     _blocked_hint(settings, report)
+    if stale and reads_stdin(settings.source):
+        print(f"hint: {stale_hint(settings.source, settings.safety.max_desired_age_seconds)}", file=sys.stderr)
     if any(b.startswith("source_unavailable") for b in report.blocked):
         return EXIT_SOURCE
     if report.blocked:
@@ -282,7 +289,7 @@ def _blocked_hint(settings: CleanSettings, report: CycleReport) -> None:
 def _run_clean(settings: CleanSettings, executor: Executor, engine_settings: EngineSettings, progress: Progress,
                sleep: Callable[[float], None]) -> tuple[CycleReport, bool]:
     where: Path | str = settings.safety.ledger_path if settings.apply else ":memory:"
-    stale = False
+    stale = reads_stdin(settings.source)  # a piped list has no age: its plan is a preview only
     try:
         source = make_source(settings.source)  # once: `--pods-from -` reads stdin once
     except SourceError as e:
@@ -360,8 +367,8 @@ def _clean_doc(report: CycleReport, *, applied: bool, stale: bool = False) -> di
 def _clean_table(doc: dict[str, Any], *, streamed: bool = False) -> str:
     lines: list[str] = []
     if doc["stale"]:
-        lines.append("STALE   the desired state is older than --max-desired-age: this plan is only a preview, "
-                     "--apply would refuse to act on it")
+        lines.append("STALE   the desired state is not fresh (older than --max-desired-age, or read from stdin): "
+                     "this plan is a preview; --apply would not act on it")
     for reason in doc["blocked"]:
         lines.append(f"BLOCKED {reason}")
     if not doc["applied"]:

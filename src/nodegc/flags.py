@@ -207,6 +207,10 @@ def add_root_flags(p: argparse.ArgumentParser) -> None:
                    help="the kubelet's staticPodPath: what a manifest there declares is never reclaimed")
     g.add_argument("--pod-log-dir", type=Path, default=Path(defaults.POD_LOG_DIR), metavar="DIR",
                    help="the kubelet's per-pod log directories")
+    g.add_argument("--iptables-backend", choices=["auto", "legacy", "nft", "default"],
+                   default=defaults.IPTABLES_BACKEND,
+                   help="where the node's rules live; auto detects it as kube-proxy does (its hint chains, else "
+                        "the backend with more rules); default: the image's own iptables-save")
     g.add_argument("--net-ns", type=Path, default=None, metavar="FILE",
                    help="read links and iptables in this network namespace (default: the one nodegc runs in)")
 

@@ -79,6 +79,7 @@ class SafetySettings:
     runtime_endpoint: str | None = None
     """CRI endpoint; None reads no runtime (the flags default to the containerd socket)."""
     runtime_timeout: float = defaults.RUNTIME_TIMEOUT_SECONDS
+    iptables_backend: str = defaults.IPTABLES_BACKEND
 
     @property
     def ledger_path(self) -> Path:
@@ -175,6 +176,7 @@ def safety_from_args(args: argparse.Namespace) -> SafetySettings:
         command_timeout=args.command_timeout,
         runtime_endpoint=runtime_endpoint_from_args(args),
         runtime_timeout=args.runtime_timeout,
+        iptables_backend=args.iptables_backend,
     )
 
 
@@ -198,7 +200,8 @@ def scan_from_args(args: argparse.Namespace) -> ScanSettings:
         roots=roots_from_args(args),
         source=source_from_args(args),
         options=ScanOptions(command_timeout=args.command_timeout, min_age_seconds=args.min_age,
-                            runtime_endpoint=runtime_endpoint_from_args(args), runtime_timeout=args.runtime_timeout),
+                            runtime_endpoint=runtime_endpoint_from_args(args), runtime_timeout=args.runtime_timeout,
+                            iptables_backend=args.iptables_backend),
         output=args.output,
         show_all=args.all,
     )
@@ -257,10 +260,14 @@ def make_source(source: SourceSettings, *, prove_current: bool = True) -> Desire
 STDIN = "-"
 
 
+def reads_stdin(source: SourceSettings) -> bool:
+    return source.pods_from is not None and str(source.pods_from) == STDIN
+
+
 def stdin_snapshot(node: str | None) -> DesiredSource:
-    """`--pods-from -`: stdin read once, kept in a private file dated 1970. Nobody knows when a piped list
-    was taken, so it never counts as fresh: a scan reports on it, a dry run plans on it (marked stale),
-    and nothing destructive ever acts on it."""
+    """`--pods-from -`: stdin read once, kept in a private file dated when it was read. Nobody knows when a
+    piped list was taken, so it never drives a destructive step: a scan reports on it, a dry run plans on
+    it (marked stale), and `clean --apply` and the agent refuse it (`reads_stdin`)."""
     import atexit
     import shutil
     import sys
@@ -272,7 +279,6 @@ def stdin_snapshot(node: str | None) -> DesiredSource:
     atexit.register(shutil.rmtree, scratch, ignore_errors=True)
     path = scratch / "pods"
     path.write_bytes(sys.stdin.buffer.read())
-    os.utime(path, (0, 0))
     source = SnapshotSource(path, node)
     source.name = "snapshot:-"
     return source
@@ -325,7 +331,8 @@ def make_engine_settings(safety: SafetySettings, phases: PhasePolicy) -> EngineS
         correlation=CorrelationPolicy(min_age_seconds=safety.min_age_seconds),
         blast_radius=BlastRadius(max_share=safety.max_share, allow_empty_desired=safety.allow_empty_desired),
         scan=ScanOptions(command_timeout=safety.command_timeout, min_age_seconds=safety.min_age_seconds,
-                         runtime_endpoint=safety.runtime_endpoint, runtime_timeout=safety.runtime_timeout),
+                         runtime_endpoint=safety.runtime_endpoint, runtime_timeout=safety.runtime_timeout,
+                         iptables_backend=safety.iptables_backend),
         max_desired_age_seconds=safety.max_desired_age_seconds,
         reclaims_per_minute=safety.reclaims_per_minute,
     )
@@ -336,12 +343,21 @@ ONE_SHOT_PHASES = PhasePolicy(consecutive_scans=1, grace_seconds=0)
 
 
 def make_executor(roots: Roots, *, dry_run: bool, timeout: float, runtime_endpoint: str | None = None,
-                  runtime_timeout: float = defaults.RUNTIME_TIMEOUT_SECONDS) -> Executor:
+                  runtime_timeout: float = defaults.RUNTIME_TIMEOUT_SECONDS,
+                  iptables_backend: str = defaults.IPTABLES_BACKEND) -> Executor:
     if dry_run:
         return DryRunExecutor()
     # StopPodSandbox runs the runtime's CNI DEL: it gets the longer of the two bounds.
     return HostExecutor(roots, timeout=timeout, runtime_endpoint=runtime_endpoint,
-                        runtime_timeout=max(timeout, runtime_timeout))
+                        runtime_timeout=max(timeout, runtime_timeout), iptables_backend=iptables_backend)
+
+
+def iptables_backend(roots: Roots, safety: SafetySettings) -> str:
+    """Which backend the node's rules are read from and removed in, and why (for the start-up log)."""
+    from nodegc.hostio.iptables_backend import commands
+
+    c = commands(safety.iptables_backend, net_ns=roots.net_ns, timeout=safety.command_timeout)
+    return f"{c.backend} ({c.reason})"
 
 
 @contextmanager
