@@ -17,6 +17,7 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 
+from nodegc.console import require_root
 from nodegc.desired.source import DesiredSource, SourceError
 from nodegc.engine.cycle import CycleReport, Engine
 from nodegc.exitcodes import EXIT_BLOCKED, EXIT_CLEAN, EXIT_ERROR, EXIT_SOURCE, EXIT_USAGE
@@ -153,6 +154,9 @@ def cmd_agent(settings: AgentSettings) -> int:
               "hint: give it the API (in-cluster, --kubeconfig) or a snapshot file someone keeps fresh",
               file=sys.stderr)
         return EXIT_USAGE
+    denied = require_root("nodegc agent")
+    if denied is not None:
+        return denied
     roots = settings.roots
     phases = settings.phases
     engine_settings = make_engine_settings(settings.safety, phases)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 import sys
 import time
 from collections.abc import Callable
@@ -18,12 +17,12 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from nodegc import defaults
+from nodegc.console import fail, require_root
 from nodegc.desired.source import SourceError
 from nodegc.engine.cycle import CycleReport, Engine, EngineSettings
 from nodegc.exitcodes import (
     EXIT_BLOCKED,
     EXIT_CLEAN,
-    EXIT_ERROR,
     EXIT_NODE_UNSEEN,
     EXIT_RESIDUE,
     EXIT_SOURCE,
@@ -58,23 +57,6 @@ API_VERSION = "nodegc.io/v1alpha1"
 
 
 # -- shared --------------------------------------------------------------------------------------
-
-
-def fail(message: str, *, hint: str | None = None, code: int = EXIT_ERROR) -> int:
-    print(f"nodegc: {message}", file=sys.stderr)
-    if hint:
-        print(f"hint: {hint}", file=sys.stderr)
-    return code
-
-
-def require_root(what: str) -> int | None:
-    """None as root; else the usage exit after a message that says why root is needed."""
-    if os.geteuid() == 0:
-        return None
-    return fail(f"{what} needs root: it reads the kubelet root and the CNI state, and runs iptables-save "
-                "and the CNI plugins in the node's network namespace",
-                hint="run it with sudo, or in the nodegc DaemonSet (kubectl -n nodegc-system exec ds/nodegc-agent "
-                     "-- nodegc ...)", code=EXIT_USAGE)
 
 
 def source_hint(source: SourceSettings, error: str) -> str | None:
@@ -234,7 +216,7 @@ def cmd_clean(settings: CleanSettings, *, sleep: Callable[[float], None] = time.
     if settings.apply and reads_stdin(settings.source):
         return fail("clean --apply does not act on a list read from stdin", hint=stale_hint(
             settings.source, settings.safety.max_desired_age_seconds), code=EXIT_USAGE)
-    denied = require_root("nodegc clean") if settings.apply else None
+    denied = require_root("nodegc clean")
     if denied is not None:
         return denied
     progress = Progress(table=settings.output == "table", out=sys.stdout, err=sys.stderr)

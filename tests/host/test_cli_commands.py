@@ -188,3 +188,19 @@ def test_kubectl_plugin_runs_scan_through_the_real_kubectl(sandbox_node: Sandbox
     helped = subprocess.run([str(kubectl), "nodegc", "--help"], capture_output=True, text=True, timeout=60,
                             env=env, check=False)
     assert helped.returncode == 0 and helped.stdout.startswith("usage: kubectl nodegc")
+
+
+@pytest.mark.parametrize("argv", [["scan"], ["clean"], ["clean", "--apply"], ["agent", "--metrics-address", ""]])
+def test_without_root_the_commands_that_need_it_say_so(argv: list[str]) -> None:
+    """Run as nobody for real (setpriv): one clear line, a hint, exit 2; history and explain do not ask."""
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.fail("setpriv (util-linux) is missing")
+    nobody = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-m", "nodegc"]
+    out = subprocess.run([*nobody, *argv, "--pods-from", "/nonexistent/pods.json"], capture_output=True,
+                         text=True, timeout=120, check=False, cwd="/")
+    assert out.returncode == EXIT_USAGE, out.stderr
+    assert f"nodegc {argv[0]} needs root" in out.stderr and "hint: run it with sudo" in out.stderr
+    history = subprocess.run([*nobody, "history", "--state-dir", "/nonexistent"], capture_output=True, text=True,
+                             timeout=120, check=False, cwd="/")
+    assert "needs root" not in history.stderr and "no ledger at" in history.stderr
