@@ -80,6 +80,8 @@ class SafetySettings:
     """CRI endpoint; None reads no runtime (the flags default to the containerd socket)."""
     runtime_timeout: float = defaults.RUNTIME_TIMEOUT_SECONDS
     iptables_backend: str = defaults.IPTABLES_BACKEND
+    running_orphan_grace_seconds: float = defaults.RUNNING_ORPHAN_GRACE_SECONDS
+    stop_running_orphans: bool = False
 
     @property
     def ledger_path(self) -> Path:
@@ -177,6 +179,8 @@ def safety_from_args(args: argparse.Namespace) -> SafetySettings:
         runtime_endpoint=runtime_endpoint_from_args(args),
         runtime_timeout=args.runtime_timeout,
         iptables_backend=args.iptables_backend,
+        running_orphan_grace_seconds=getattr(args, "running_orphan_grace", defaults.RUNNING_ORPHAN_GRACE_SECONDS),
+        stop_running_orphans=getattr(args, "stop_running_orphans", False),
     )
 
 
@@ -335,6 +339,8 @@ def make_engine_settings(safety: SafetySettings, phases: PhasePolicy) -> EngineS
                          iptables_backend=safety.iptables_backend),
         max_desired_age_seconds=safety.max_desired_age_seconds,
         reclaims_per_minute=safety.reclaims_per_minute,
+        running_orphan_grace_seconds=safety.running_orphan_grace_seconds,
+        stop_running_orphans=safety.stop_running_orphans,
     )
 
 

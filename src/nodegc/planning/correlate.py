@@ -15,7 +15,7 @@ from nodegc.model.pods import DesiredState
 from nodegc.model.resources import Inventory
 from nodegc.planning.context import Context, CorrelationPolicy
 from nodegc.planning.kubelet import correlate_kubelet
-from nodegc.planning.network import correlate_network
+from nodegc.planning.network import correlate_network, stand_or_fall_together
 from nodegc.planning.runtime import correlate_runtime
 
 __all__ = ["CorrelationPolicy", "correlate"]
@@ -32,4 +32,5 @@ def correlate(
     correlate_kubelet(ctx)
     correlate_network(ctx)
     correlate_runtime(ctx)
+    stand_or_fall_together(ctx)
     return tuple(ctx.findings)

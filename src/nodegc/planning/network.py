@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from collections.abc import Iterable
+from dataclasses import replace
 
 from nodegc.model.findings import Finding, FindingClass, Owner
 from nodegc.model.pods import OwnerState
@@ -44,15 +45,21 @@ def correlate_network(ctx: Context) -> None:
         _by_container(ctx, Kind.IPTABLES_CHAIN, chain.name, chain.container_id, chain.network)
     for rule in ctx.inv.hostport_rules:
         _by_container(ctx, Kind.HOSTPORT_RULE, _rule_id(rule), rule.container_id, rule.network)
-    _siblings(ctx)
 
 
-def _siblings(ctx: Context) -> None:
-    """Reservations, cache entries, chains, rules and the netns of one container id stand or fall together:
-    one part in use makes every part in use, one part kept for any other reason keeps the rest."""
+_ATTACHMENT = frozenset({Kind.IP_RESERVATION, Kind.CNI_CACHE, Kind.IPTABLES_CHAIN, Kind.HOSTPORT_RULE, Kind.NETNS,
+                         Kind.VETH, Kind.FIREWALL_RULE})
+
+
+def stand_or_fall_together(ctx: Context) -> None:
+    """The parts of one network attachment (reservations, cache entries, chains, rules, netns, veth of one
+    container id) stand or fall together: one part in use makes every part in use, one part kept for any
+    other reason keeps the rest. Runs last, over every domain's verdicts: a CNI DEL of a container id
+    releases all its reservations, so no part may go while another is kept. (A runtime sandbox itself is
+    not a part: the runtime removes it first, and its parts wait for that.)"""
     groups: dict[str, list[int]] = defaultdict(list)
     for index, finding in enumerate(ctx.findings):
-        if finding.owner.container_id:
+        if finding.owner.container_id and finding.kind in _ATTACHMENT:
             groups[finding.owner.container_id].append(index)
     for cid, indexes in groups.items():
         members = [ctx.findings[i] for i in indexes]
@@ -68,9 +75,9 @@ def _siblings(ctx: Context) -> None:
         for i in indexes:
             if ctx.findings[i].cls.is_residue or ctx.findings[i].cls in weaker:
                 old = ctx.findings[i]
-                ctx.findings[i] = Finding(cls, old.kind, old.id, ref.owner if in_use else old.owner,
-                                          ref.owner_state if in_use else old.owner_state, (*old.evidence, note),
-                                          netns=old.netns, ip=old.ip)
+                ctx.findings[i] = replace(old, cls=cls, owner=ref.owner if in_use else old.owner,
+                                          owner_state=ref.owner_state if in_use else old.owner_state,
+                                          evidence=(*old.evidence, note))
 
 
 def _container_mtime(ctx: Context, container_id: str) -> float | None:
