@@ -97,6 +97,8 @@ class HostExecutor:
     (`reclaim.teardown`); False runs CNI DEL for every attachment."""
     del_parallelism: int = 4
     """CNI DELs run at once for different sandboxes, as a runtime runs them."""
+    iptables_backend: str = "auto"
+    """Whose iptables-save/-restore: legacy, nft, default, or auto (detected, as kube-proxy does)."""
 
     def execute(self, batch: Batch, *, on_outcome: OnOutcome) -> None:
         _HostRun(self, on_outcome).run(batch)
@@ -175,7 +177,8 @@ class _HostRun:
         outcomes: dict[str, Outcome] = {}
         if direct:
             budget = self.x.timeout * (1 + len(direct) // 100)
-            done = tear_down([td for _, td in direct], roots=roots, timeout=budget)
+            done = tear_down([td for _, td in direct], roots=roots, timeout=budget,
+                             iptables_backend=self.x.iptables_backend)
             outcomes.update((item.key, o) for (item, _), o in zip(direct, done, strict=True))
             self.torn_down.update(td.entry.container_id for _, td in direct)
         outcomes.update(self._run_dels(via_plugins))
@@ -258,7 +261,8 @@ class _HostRun:
         chains = [r for _, r in items if isinstance(r, IptablesChain)]
         rules = [r for _, r in items if isinstance(r, HostportRule)]
         fault_point("before_clean:iptables")
-        outcomes = remove_rules(chains, rules, net_ns=self.x.roots.net_ns, timeout=self.x.timeout)
+        outcomes = remove_rules(chains, rules, net_ns=self.x.roots.net_ns, timeout=self.x.timeout,
+                                backend=self.x.iptables_backend)
         fault_point("after_clean:iptables")
         for item, resource in items:
             key = resource.name if isinstance(resource, IptablesChain) else getattr(resource, "rule", "")

@@ -217,7 +217,8 @@ class _Progress:
     """Set when the attachment was not touched at all (gone, changed, unreadable)."""
 
 
-def tear_down(teardowns: Sequence[Teardown], *, roots: Roots, timeout: float = 30.0) -> list[Outcome]:
+def tear_down(teardowns: Sequence[Teardown], *, roots: Roots, timeout: float = 30.0,
+              iptables_backend: str = "auto") -> list[Outcome]:
     """Undo each attachment as its plugins' DEL would, all at once; one outcome per teardown, in order.
 
     Steps go in the plugins' order of consequence: the reservations, then the links, then the rules; a step
@@ -230,7 +231,7 @@ def tear_down(teardowns: Sequence[Teardown], *, roots: Roots, timeout: float = 3
     live = [p for p in work if p.final is None]
     holders = _release_reservations(live, deadline=deadline)
     _delete_links(live, net_ns=roots.net_ns)
-    _remove_rules(live, holders, net_ns=roots.net_ns, deadline=deadline)
+    _remove_rules(live, holders, net_ns=roots.net_ns, deadline=deadline, backend=iptables_backend)
     out: list[Outcome] = []
     for p in work:
         if p.final is not None:
@@ -371,7 +372,7 @@ def _delete_links(work: Sequence[_Progress], *, net_ns: Path | None) -> None:
 
 
 def _remove_rules(work: Sequence[_Progress], holders: dict[str, dict[str, str]], *, net_ns: Path | None,
-                  deadline: float) -> None:
+                  deadline: float, backend: str) -> None:
     targets: list[RuleTarget] = []
     owner_of: dict[str, _Progress] = {}
     for p in work:
@@ -389,7 +390,7 @@ def _remove_rules(work: Sequence[_Progress], holders: dict[str, dict[str, str]],
                 targets += [RuleTarget(key=key, owner=None, rule=r, family=fam) for fam, r in _firewall_rules(ip)]
     if not targets:
         return
-    for key, outcome in remove_targets(targets, net_ns=net_ns, deadline=deadline).items():
+    for key, outcome in remove_targets(targets, net_ns=net_ns, deadline=deadline, backend=backend).items():
         p = owner_of[key]
         if outcome.ok:
             if not outcome.already_gone:
