@@ -11,6 +11,8 @@ have no such counter and are dumped every time.
 from __future__ import annotations
 
 import functools
+import os
+import shutil
 import subprocess
 import threading
 from collections.abc import Sequence
@@ -65,11 +67,23 @@ def forget_dumps() -> None:
         _last.clear()
 
 
-@functools.cache
 def _is_nft(command: str) -> bool:
-    """Whether this iptables-save speaks to nf_tables (`iptables-save v1.8.9 (nf_tables)`)."""
+    """Whether this iptables-save speaks to nf_tables (`iptables-save v1.8.9 (nf_tables)`); asked once per
+    binary (the path it resolves to, its inode and mtime), so a command swapped on PATH is asked again."""
+    path = shutil.which(command)
+    if path is None:
+        return False
     try:
-        proc = subprocess.run([command, "--version"], capture_output=True, timeout=10, check=False)
+        st = os.stat(path)
+    except OSError:
+        return False
+    return _version_says_nft(path, st.st_ino, st.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=32)
+def _version_says_nft(path: str, _inode: int, _mtime_ns: int) -> bool:
+    try:
+        proc = subprocess.run([path, "--version"], capture_output=True, timeout=10, check=False)
     except (OSError, subprocess.TimeoutExpired):
         return False
     return proc.returncode == 0 and b"(nf_tables)" in proc.stdout + proc.stderr
