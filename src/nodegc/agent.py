@@ -98,6 +98,14 @@ def record_events(events: EventRecorder, node: str, report: CycleReport) -> None
         else:
             events.record(ref, reason="ResidueReclaimFailed", type=EventType.WARNING,
                           message=f"nodegc could not reclaim {item.kind.value} {item.resource_id}: {outcome.detail}")
+    for f in report.running_orphans:
+        events.record(ObjectRef.node(node), reason="RunningOrphanSandbox", type=EventType.WARNING,
+                      message=f"sandbox {f.id[:12]} of {f.owner.label()} (uid {f.owner.uid}) is READY but its pod"
+                              " is not in the API")
+    for f, stopped, why in report.stopped_orphans:
+        if stopped:
+            events.record(ObjectRef.node(node), reason="RunningOrphanStopped", type=EventType.WARNING,
+                          message=f"nodegc stopped sandbox {f.id[:12]} of {f.owner.label()}: {why}")
     for reason in report.blocked:
         events.record(ObjectRef.node(node), reason="ReclaimBlocked", type=EventType.WARNING,
                       message=f"nodegc did nothing destructive: {reason}")

@@ -143,7 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_source_flags(clean)
     add_root_flags(clean)
     add_engine_flags(clean)
-    add_runtime_flags(clean)
+    add_runtime_flags(clean, engine=True)
     clean.add_argument("--apply", action="store_true", help="reclaim for real (default: print the plan only)")
     add_output_flag(clean)
 
@@ -151,7 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_source_flags(agent)
     add_root_flags(agent)
     add_engine_flags(agent)
-    add_runtime_flags(agent)
+    add_runtime_flags(agent, engine=True)
     add_agent_flags(agent)
 
     add_controller_parser(sub, [logs])
@@ -211,13 +211,21 @@ def add_root_flags(p: argparse.ArgumentParser) -> None:
                    help="read links and iptables in this network namespace (default: the one nodegc runs in)")
 
 
-def add_runtime_flags(p: argparse.ArgumentParser) -> None:
+def add_runtime_flags(p: argparse.ArgumentParser, *, engine: bool = False) -> None:
     g = p.add_argument_group("container runtime (CRI)")
     g.add_argument("--runtime-endpoint", default=defaults.RUNTIME_ENDPOINT, metavar="ENDPOINT",
                    help="CRI socket, as crictl and the kubelet take it (default: %(default)s; CRI-O: "
                         "unix:///var/run/crio/crio.sock; 'none': read no runtime)")
     g.add_argument("--runtime-timeout", type=seconds(">", 0), default=defaults.RUNTIME_TIMEOUT_SECONDS,
                    metavar="DURATION", help="upper bound for one CRI call (default: %(default)s)")
+    if not engine:
+        return
+    g.add_argument("--running-orphan-grace", type=seconds(">=", 0), default=defaults.RUNNING_ORPHAN_GRACE_SECONDS,
+                   metavar="DURATION", help="a READY sandbox whose pod is absent from the API this long is reported"
+                                           " (Event, metric; counted from when this process first saw it;"
+                                           " default: %(default)s)")
+    g.add_argument("--stop-running-orphans", action="store_true",
+                   help="also stop such sandboxes through CRI (their workload is still running; default: report)")
 
 
 def add_source_flags(p: argparse.ArgumentParser) -> None:

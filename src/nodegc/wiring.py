@@ -75,6 +75,8 @@ class SafetySettings:
     runtime_endpoint: str | None = None
     """CRI endpoint; None reads no runtime (the flags default to the containerd socket)."""
     runtime_timeout: float = defaults.RUNTIME_TIMEOUT_SECONDS
+    running_orphan_grace_seconds: float = defaults.RUNNING_ORPHAN_GRACE_SECONDS
+    stop_running_orphans: bool = False
 
     @property
     def ledger_path(self) -> Path:
@@ -170,6 +172,8 @@ def safety_from_args(args: argparse.Namespace) -> SafetySettings:
         command_timeout=args.command_timeout,
         runtime_endpoint=runtime_endpoint_from_args(args),
         runtime_timeout=args.runtime_timeout,
+        running_orphan_grace_seconds=getattr(args, "running_orphan_grace", defaults.RUNNING_ORPHAN_GRACE_SECONDS),
+        stop_running_orphans=getattr(args, "stop_running_orphans", False),
     )
 
 
@@ -316,6 +320,8 @@ def make_engine_settings(safety: SafetySettings, phases: PhasePolicy) -> EngineS
                          runtime_endpoint=safety.runtime_endpoint, runtime_timeout=safety.runtime_timeout),
         max_desired_age_seconds=safety.max_desired_age_seconds,
         reclaims_per_minute=safety.reclaims_per_minute,
+        running_orphan_grace_seconds=safety.running_orphan_grace_seconds,
+        stop_running_orphans=safety.stop_running_orphans,
     )
 
 

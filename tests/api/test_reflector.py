@@ -339,3 +339,17 @@ def test_stop_returns_promptly_with_an_open_watch(api: FakeKubeAPI, kubeconfig: 
     started = time.monotonic()
     ref.stop()
     assert time.monotonic() - started < 2.0
+
+
+def test_watch_events_are_counted_by_type_for_the_metrics(api: FakeKubeAPI, kubeconfig: Path) -> None:
+    api.add_pod(pod("a1"))
+    with reflector(kubeconfig) as ref:
+        assert ref.wait_synced(5)
+        eventually(api, lambda: len(watches(api)) == 1)
+        api.add_pod(pod("a2"))
+        api.update("pods", "default", "a2", {"status": {"phase": "Succeeded"}})
+        api.delete_pod("default", "a2")
+        eventually(api, lambda: ref.stats().get("events_deleted") == 1)
+        stats = ref.stats()
+    assert stats["events_added"] == 1 and stats["events_modified"] == 1
+    assert stats["lists"] == 1 and stats["watches"] >= 1

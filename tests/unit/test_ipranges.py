@@ -89,6 +89,17 @@ def test_scan_reads_conf_dir_and_cached_configs_and_reports_bad_files(tmp_path: 
     assert not any("README" in p for p in problems)
 
 
+def test_a_range_kept_in_another_data_dir_is_left_out_with_a_reason(tmp_path: Path) -> None:
+    doc = _conflist([{"subnet": "10.7.0.0/24"}])
+    doc["plugins"][0]["ipam"]["dataDir"] = "/elsewhere/networks"  # type: ignore[index]
+    (tmp_path / "10-net.conflist").write_text(json.dumps(doc))
+    ranges, problems = scan_ranges(tmp_path, [], networks_dir=Path("/var/lib/cni/networks"))
+    assert ranges == () and "/elsewhere/networks" in problems[0]
+    doc["plugins"][0]["ipam"]["dataDir"] = "/var/lib/cni/networks/"  # type: ignore[index]
+    (tmp_path / "10-net.conflist").write_text(json.dumps(doc))
+    assert len(scan_ranges(tmp_path, [], networks_dir=Path("/var/lib/cni/networks"))[0]) == 1
+
+
 def test_a_missing_conf_dir_is_no_problem(tmp_path: Path) -> None:
     assert scan_ranges(tmp_path / "absent", []) == ((), ())
 

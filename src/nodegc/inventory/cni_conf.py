@@ -118,12 +118,14 @@ def _parse(content: bytes) -> dict[str, Any]:
 
 
 def scan_ranges(
-    cni_conf_dir: Path, cache: Iterable[CNICacheEntry]
+    cni_conf_dir: Path, cache: Iterable[CNICacheEntry], *, networks_dir: Path | None = None
 ) -> tuple[tuple[HostLocalRange, ...], tuple[str, ...]]:
     """Every host-local range set the node's CNI configuration (current, or cached at ADD) describes.
 
     Problems come back as text ("<path>: <reason>"), not as ReadProblems of a resource kind: a bad
-    configuration file says nothing about whether the reservations or cache entries could be read."""
+    configuration file says nothing about whether the reservations or cache entries could be read.
+    A range whose host-local `dataDir` is not `networks_dir` (where the reservations are read) is left out
+    with a problem: its reservations are elsewhere, and an empty-looking range would mislead."""
     problems: list[str] = []
     found: dict[tuple[str, str], HostLocalRange] = {}
 
@@ -131,6 +133,11 @@ def scan_ranges(
         ranges, errors = host_local_ranges(doc, source=source)
         problems.extend(f"{path}: {e}" for e in errors)
         for r in ranges:
+            if networks_dir is not None and r.data_dir and os.path.normpath(r.data_dir) != os.path.normpath(
+                    os.fsdecode(networks_dir)):
+                problems.append(f"{path}: network {r.network} keeps its reservations in {r.data_dir}, not in "
+                                f"{os.fsdecode(networks_dir)}; range {r.label} not counted")
+                continue
             found.setdefault((r.network, r.label), r)
 
     entries, problem = list_top_dir(os.fsdecode(cni_conf_dir), kind=_LISTING_KIND)

@@ -90,7 +90,7 @@ def _read_host(roots: Roots, taken_at: datetime, rules_read: Future[_Rules]) -> 
     problems += found
     chains, rules, found = rules_read.result()
     problems += found
-    ranges, range_problems = scan_ranges(roots.cni_conf_dir, cache)
+    ranges, range_problems = scan_ranges(roots.cni_conf_dir, cache, networks_dir=roots.cni_data_dir / "networks")
 
     return Inventory(
         taken_at=taken_at,

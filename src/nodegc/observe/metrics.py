@@ -93,6 +93,12 @@ class Metrics:
             "Unix time of the last cycle that ran to the end without a refusal (stale or unavailable desired "
             "state, blast radius) or a ledger error.", registry=r,
         )
+        self.runtime_up = Gauge("nodegc_runtime_up", "1 when the container runtime answered the last scan, 0 when"
+                                " it could not be read; absent without a runtime.", registry=r)
+        self.running_orphans = Gauge(
+            "nodegc_running_orphan_sandboxes",
+            "READY sandboxes whose pod has been absent from the API longer than the long grace (reported, stopped"
+            " only with --stop-running-orphans).", registry=r)
         self.ready_gauge = Gauge("nodegc_ready", "1 while /readyz answers ok, else 0.", registry=r)
         self.range_capacity = Gauge("nodegc_ip_range_capacity",
                                     "Addresses host-local can hand out in the range set (the gateway excluded).",
@@ -166,6 +172,11 @@ class Metrics:
 
     def cycle_succeeded(self, at: float) -> None:
         self.last_success.set(at)
+
+    def runtime(self, reachable: bool | None, running_orphans: int) -> None:
+        if reachable is not None:
+            self.runtime_up.set(1 if reachable else 0)
+        self.running_orphans.set(running_orphans)
 
     def ranges(self, statuses: Iterable[RangeStatus]) -> None:
         """Replace the per-range gauges; a range set no longer seen loses its series."""

@@ -317,34 +317,41 @@ class SandboxContainerd:
         self.proc.wait(timeout=10)
         self.proc = None
 
-    def _shim_pids(self) -> list[int]:
-        pids = []
+    def _pids(self) -> tuple[list[int], list[int]]:
+        """(shims, container processes) of THIS daemon only. Every sandbox containerd uses the same socket
+        path (its own bind of /run/containerd), so a shim is told apart by its mount namespace (the
+        daemon's, which is this process's) and a container process by its cgroup (unique per daemon)."""
+        own_mnt = os.stat("/proc/self/ns/mnt").st_ino
+        shims, members = [], []
         for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit():
+            if not entry.name.isdigit() or int(entry.name) == os.getpid():
                 continue
             try:
                 cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+                if cmdline and cmdline[0].endswith(b"containerd-shim-runc-v2"):
+                    if os.stat(entry / "ns/mnt").st_ino == own_mnt:
+                        shims.append(int(entry.name))
+                    continue
+                if f"/{self.cgroup_parent}/" in (entry / "cgroup").read_text():
+                    members.append(int(entry.name))
             except OSError:
                 continue
-            is_shim = bool(cmdline) and cmdline[0].endswith(b"containerd-shim-runc-v2")
-            if is_shim and str(self.socket).encode() in b" ".join(cmdline):
-                pids.append(int(entry.name))
-        return pids
+        return shims, members
 
     def shim_pids(self) -> list[int]:
-        return self._shim_pids()
+        return self._pids()[0]
 
     def kill_everything(self) -> None:
-        """What a power loss does to processes: the daemon, every shim and every container process."""
+        """What a power loss does to processes: the daemon, its shims and every container process."""
         self.kill()
-        for pid in self._shim_pids():
-            with contextlib.suppress(ProcessLookupError):
-                # The shim's session holds the sandbox and app processes.
-                os.killpg(os.getpgid(pid), signal.SIGKILL)
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
         deadline = time.monotonic() + 10
-        while self._shim_pids() and time.monotonic() < deadline:
+        while time.monotonic() < deadline:
+            shims, members = self._pids()
+            if not shims and not members:
+                return
+            for pid in shims + members:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
             time.sleep(0.05)
 
     def wipe_state(self, *, metadata: bool = False) -> None:
@@ -400,6 +407,8 @@ class SandboxContainerd:
         )
 
     def run_sandbox(self, spec: SandboxSpec, *, timeout: float = 60.0) -> str:
+        """RunPodSandbox as the kubelet calls it, after it made the pod's directory and log directory."""
+        (self.node.kubelet_root / "pods" / spec.uid).mkdir(parents=True, exist_ok=True)
         (self.log_root / spec.log_dir_name).mkdir(parents=True, exist_ok=True)
         with self.client(timeout=timeout) as c:
             reply = c.call("RunPodSandbox", message("RunPodSandboxRequest", config=self.sandbox_config(spec)),
@@ -421,6 +430,10 @@ class SandboxContainerd:
             cid = str(reply.container_id)
             c.call("StartContainer", message("StartContainerRequest", container_id=cid), "StartContainerResponse")
         return cid
+
+    def forget_pod(self, spec: SandboxSpec) -> None:
+        """What the kubelet removes of a deleted pod whatever the runtime did: its directory."""
+        shutil.rmtree(self.node.kubelet_root / "pods" / spec.uid, ignore_errors=True)
 
     def stop_sandbox(self, sandbox_id: str) -> None:
         with self.client(timeout=60.0) as c:
