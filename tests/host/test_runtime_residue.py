@@ -24,7 +24,7 @@ def _nodegc(node: SandboxNode, rt: SandboxContainerd, snap: Path, *argv: str) ->
     roots = ["--kubelet-root", str(r.kubelet_root), "--cni-data-dir", str(r.cni_data_dir), "--netns-dir",
              str(r.netns_dir), "--net-ns", str(r.net_ns), "--cni-bin-dir", "/usr/lib/cni",
              "--cni-conf-dir", str(r.cni_conf_dir), "--pods-from", str(snap), "--node", node.node_name,
-             "--runtime-endpoint", rt.endpoint, "--min-age", "0"]
+             "--runtime-endpoint", rt.endpoint, "--min-age", "0", "--pod-log-dir", str(rt.log_root)]
     return subprocess.run([sys.executable, "-m", "nodegc", *argv, *roots], capture_output=True, text=True,
                           timeout=300, check=False)
 
@@ -63,6 +63,10 @@ def test_reboot_orphans_and_id_only_files(containerd_node: Runtime, tmp_path: Pa
     gone_sid = rt.run_sandbox(gone)
     rt.stop_sandbox(gone_sid)
     rt.forget_pod(gone)
+    outside = tmp_path / "outside.txt"
+    outside.write_text("not nodegc's")
+    gone_logs = rt.log_root / gone.log_dir_name
+    (gone_logs / "planted").symlink_to(outside)  # what a container could leave in its log directory
     # A pod deleted from the API while nothing tore its READY sandbox down.
     orphan = new_spec("orphan")
     orphan_sid = rt.run_sandbox(orphan)
@@ -111,6 +115,13 @@ def test_reboot_orphans_and_id_only_files(containerd_node: Runtime, tmp_path: Pa
     for name in ("web", "db"):
         assert old[name] not in nat
         assert new[name] in nat
+    # The gone pod's log directory: kept while the runtime held its sandbox, reclaimed once it is gone,
+    # without following the symlink a container planted in it.
+    again = _nodegc(node, rt, snap, "clean", "--apply", "--state-dir", str(tmp_path / "state"), "-o", "json")
+    assert again.returncode in (0, 3), again.stderr[-3000:]
+    assert not gone_logs.exists() and outside.read_text() == "not nodegc's", again.stdout[-4000:]
+    for spec in (web, db, orphan):
+        assert (rt.log_root / spec.log_dir_name).is_dir()
 
 
 def test_running_orphan_reported_then_stopped_only_on_opt_in(containerd_node: Runtime, tmp_path: Path) -> None:
