@@ -9,7 +9,7 @@ APT_PACKAGES := python3-venv containernetworking-plugins iptables iproute2 util-
 ISOLATE := unshare --mount --net --propagation private -- bash -c 'ip link set lo up && exec "$$0" "$$@"'
 PYTEST_ARGS ?= -q
 
-.PHONY: all deps npm venv tools lint typecheck test unit demo bench bench-reclaim chaos clean lock
+.PHONY: all deps npm venv tools lint typecheck test unit demo bench bench-reclaim chaos clean lock fuzz
 
 all: test
 
@@ -71,6 +71,10 @@ bench-reclaim: deps venv
 
 lock: venv
 	$(PY) scripts/lock.py
+
+# Every fuzz target of tests/fuzz at scale (100,000 inputs in all): JSON counts of inputs, crashes, violations.
+fuzz: venv
+	$(PY) scripts/fuzz.py --inputs 100000
 
 # A soak of pod lifecycles with the real CNI plugins while faults hit nodegc; prints JSON, exits 1 on any
 # false reclaim, crash or residue left after convergence. CHAOS_ARGS="--lifecycles 200 --seed 3" to vary.

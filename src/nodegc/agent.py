@@ -17,6 +17,7 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 
+from nodegc.console import require_root
 from nodegc.desired.source import DesiredSource, SourceError
 from nodegc.engine.cycle import CycleReport, Engine
 from nodegc.exitcodes import EXIT_BLOCKED, EXIT_CLEAN, EXIT_ERROR, EXIT_SOURCE, EXIT_USAGE
@@ -31,6 +32,7 @@ from nodegc.observe.metrics import Metrics
 from nodegc.planning.conditions import node_conditions
 from nodegc.wiring import (
     AgentSettings,
+    iptables_backend,
     make_api_client,
     make_engine_settings,
     make_event_recorder,
@@ -39,6 +41,7 @@ from nodegc.wiring import (
     make_reflector,
     make_source,
     open_ledger,
+    reads_stdin,
 )
 
 log = get_logger("nodegc.agent")
@@ -154,12 +157,21 @@ def deletion_hook(wakeups: Wakeups, *, consecutive_scans: int, grace: float) -> 
 
 
 def cmd_agent(settings: AgentSettings) -> int:
+    if reads_stdin(settings.source):
+        print("nodegc: the agent cannot watch a list read from stdin (--pods-from -)\n"
+              "hint: give it the API (in-cluster, --kubeconfig) or a snapshot file someone keeps fresh",
+              file=sys.stderr)
+        return EXIT_USAGE
+    denied = require_root("nodegc agent")
+    if denied is not None:
+        return denied
     roots = settings.roots
     phases = settings.phases
     engine_settings = make_engine_settings(settings.safety, phases)
     executor = make_executor(roots, dry_run=settings.dry_run, timeout=settings.safety.command_timeout,
                              runtime_endpoint=settings.safety.runtime_endpoint,
-                             runtime_timeout=settings.safety.runtime_timeout)
+                             runtime_timeout=settings.safety.runtime_timeout,
+                             iptables_backend=settings.safety.iptables_backend)
     metrics = Metrics()
     heartbeat = Heartbeat(settings.interval)
     metrics.readiness(heartbeat.ready)
@@ -191,7 +203,8 @@ def cmd_agent(settings: AgentSettings) -> int:
         engine = Engine(roots=roots, source=source, ledger=ledger, executor=executor, settings=engine_settings,
                         metrics=metrics)
         log.info("agent started", node=node, interval=settings.interval, dry_run=settings.dry_run,
-                 ledger=ledger.path, k=phases.consecutive_scans, grace=phases.grace_seconds, source=source.name)
+                 ledger=ledger.path, k=phases.consecutive_scans, grace=phases.grace_seconds, source=source.name,
+                 iptables=iptables_backend(roots, settings.safety))
         stats = getattr(source, "stats", None)
         if callable(stats):
             metrics.watch_counters(stats)  # the pod watch's lists, relists, watch restarts and events

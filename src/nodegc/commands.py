@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 import sys
 import time
 from collections.abc import Callable
@@ -18,12 +17,12 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from nodegc import defaults
+from nodegc.console import fail, require_root
 from nodegc.desired.source import SourceError
 from nodegc.engine.cycle import CycleReport, Engine, EngineSettings
 from nodegc.exitcodes import (
     EXIT_BLOCKED,
     EXIT_CLEAN,
-    EXIT_ERROR,
     EXIT_NODE_UNSEEN,
     EXIT_RESIDUE,
     EXIT_SOURCE,
@@ -50,6 +49,7 @@ from nodegc.wiring import (
     make_executor,
     make_source,
     open_ledger,
+    reads_stdin,
 )
 
 log = get_logger("nodegc.commands")
@@ -57,23 +57,6 @@ API_VERSION = "nodegc.io/v1alpha1"
 
 
 # -- shared --------------------------------------------------------------------------------------
-
-
-def fail(message: str, *, hint: str | None = None, code: int = EXIT_ERROR) -> int:
-    print(f"nodegc: {message}", file=sys.stderr)
-    if hint:
-        print(f"hint: {hint}", file=sys.stderr)
-    return code
-
-
-def require_root(what: str) -> int | None:
-    """None as root; else the usage exit after a message that says why root is needed."""
-    if os.geteuid() == 0:
-        return None
-    return fail(f"{what} needs root: it reads the kubelet root and the CNI state, and runs iptables-save "
-                "and the CNI plugins in the node's network namespace",
-                hint="run it with sudo, or in the nodegc DaemonSet (kubectl -n nodegc-system exec ds/nodegc-agent "
-                     "-- nodegc ...)", code=EXIT_USAGE)
 
 
 def source_hint(source: SourceSettings, error: str) -> str | None:
@@ -135,8 +118,8 @@ def cmd_scan(settings: ScanSettings) -> int:
     denied = require_root("nodegc scan")
     if denied is not None:
         return denied
-    source = make_source(settings.source, prove_current=False)  # read only: no destructive step follows
     try:
+        source = make_source(settings.source, prove_current=False)  # read only: no destructive step follows
         desired = source.fetch()
     except SourceError as e:
         return fail(f"cannot read the pods bound to this node: {e}", hint=source_hint(settings.source, str(e)),
@@ -230,13 +213,17 @@ def _state(outcome: Outcome) -> str:
 def cmd_clean(settings: CleanSettings, *, sleep: Callable[[float], None] = time.sleep) -> int:
     """One shot. Without --apply: an in-memory ledger and the dry-run executor, so nothing on the node
     or on disk changes. With --apply: the node's ledger (locked against a running agent)."""
-    denied = require_root("nodegc clean") if settings.apply else None
+    if settings.apply and reads_stdin(settings.source):
+        return fail("clean --apply does not act on a list read from stdin", hint=stale_hint(
+            settings.source, settings.safety.max_desired_age_seconds), code=EXIT_USAGE)
+    denied = require_root("nodegc clean")
     if denied is not None:
         return denied
     progress = Progress(table=settings.output == "table", out=sys.stdout, err=sys.stderr)
     executor = make_executor(settings.roots, dry_run=not settings.apply, timeout=settings.safety.command_timeout,
                              runtime_endpoint=settings.safety.runtime_endpoint,
-                             runtime_timeout=settings.safety.runtime_timeout)
+                             runtime_timeout=settings.safety.runtime_timeout,
+                             iptables_backend=settings.safety.iptables_backend)
     if settings.apply:
         executor = StreamingExecutor(executor, progress)
     engine_settings = make_engine_settings(settings.safety, ONE_SHOT_PHASES)
@@ -259,6 +246,8 @@ def cmd_clean(settings: CleanSettings, *, sleep: Callable[[float], None] = time.
     else:
         emit(doc, settings.output)
     _blocked_hint(settings, report)
+    if stale and reads_stdin(settings.source):
+        print(f"hint: {stale_hint(settings.source, settings.safety.max_desired_age_seconds)}", file=sys.stderr)
     if any(b.startswith("source_unavailable") for b in report.blocked):
         return EXIT_SOURCE
     if report.blocked:
@@ -282,8 +271,11 @@ def _blocked_hint(settings: CleanSettings, report: CycleReport) -> None:
 def _run_clean(settings: CleanSettings, executor: Executor, engine_settings: EngineSettings, progress: Progress,
                sleep: Callable[[float], None]) -> tuple[CycleReport, bool]:
     where: Path | str = settings.safety.ledger_path if settings.apply else ":memory:"
-    stale = False
-    source = make_source(settings.source)  # once: `--pods-from -` reads stdin once
+    stale = reads_stdin(settings.source)  # a piped list has no age: its plan is a preview only
+    try:
+        source = make_source(settings.source)  # once: `--pods-from -` reads stdin once
+    except SourceError as e:
+        return CycleReport(blocked=[f"source_unavailable: desired state unavailable: {e}"]), False
     with open_ledger(where) as ledger:
         engine = Engine(roots=settings.roots, source=source, ledger=ledger,
                         executor=executor, settings=engine_settings)
@@ -357,8 +349,8 @@ def _clean_doc(report: CycleReport, *, applied: bool, stale: bool = False) -> di
 def _clean_table(doc: dict[str, Any], *, streamed: bool = False) -> str:
     lines: list[str] = []
     if doc["stale"]:
-        lines.append("STALE   the desired state is older than --max-desired-age: this plan is only a preview, "
-                     "--apply would refuse to act on it")
+        lines.append("STALE   the desired state is not fresh (older than --max-desired-age, or read from stdin): "
+                     "this plan is a preview; --apply would not act on it")
     for reason in doc["blocked"]:
         lines.append(f"BLOCKED {reason}")
     if not doc["applied"]:

@@ -25,7 +25,8 @@ from nodegc.api.client import CONTROLLER_FIELD_MANAGER, make_client
 from nodegc.api.errors import KubeError
 from nodegc.exitcodes import EXIT_CLEAN, EXIT_SOURCE, EXIT_USAGE
 from nodegc.flags import add_controller_parser
-from nodegc.kube.endpointslices import EndpointSliceSweeper, SweepOptions, SweepReport
+from nodegc.kube.cache import DEFAULT_MAX_AGE_SECONDS, ClusterCache
+from nodegc.kube.endpointslices import EndpointSliceSweeper, RawEndpointSlice, SweepOptions, SweepReport
 from nodegc.kube.events import EventRecorder, FlushReport
 from nodegc.kube.leases import LeaderElector, LeaseConfig
 from nodegc.observe.health import HealthServer, HealthServerError
@@ -99,6 +100,12 @@ class ControllerSettings:
     sweep: SweepOptions = field(default_factory=SweepOptions)
     events_per_minute: int = defaults.CONTROLLER_EVENTS_PER_MINUTE
     event_flush_interval: float = 10.0
+    cache: bool = True
+    """Read pods and EndpointSlices from watch-backed caches (started while this replica leads) instead of
+    listing both every pass."""
+    cache_max_age_seconds: float = DEFAULT_MAX_AGE_SECONDS
+    """A cache not known current for this long (a stalled or failing watch) blocks the pass."""
+    cache_sync_timeout: float = 30.0
 
 
 class Controller:
@@ -119,8 +126,10 @@ class Controller:
                                    max_per_minute=settings.events_per_minute,
                                    flush_interval=settings.event_flush_interval)
         self.events = events
+        self.cache = (ClusterCache(client, RawEndpointSlice, max_age_seconds=settings.cache_max_age_seconds)
+                      if settings.cache else None)
         self.sweeper = EndpointSliceSweeper(client, is_leader=self.elector.is_leader, events=events,
-                                            options=settings.sweep)
+                                            options=settings.sweep, cache=self.cache)
         self._last_pass_failed = False
         self._ticked: float | None = None
         """Monotonic time of the loop's last turn (None before the first): what /healthz reads."""
@@ -163,6 +172,8 @@ class Controller:
                 wait = self.settings.interval if led else self.settings.lease.retry_period
                 stop.wait(max(0.0, wait - (time.monotonic() - started)))
         finally:
+            if self.cache is not None:
+                self.cache.stop()
             self.elector.stop(release=True)
             self._flush(final=True)
             log.info("controller stopped", passes=passes)
@@ -172,10 +183,16 @@ class Controller:
         if not self.elector.is_leader():
             self.metrics.passes.labels("not_leader").inc()
             log.debug("not the leader; waiting", holder=self.elector.observed_holder)
+            if self.cache is not None and self.cache.running:
+                self.cache.stop()  # a follower does not load the API server with cluster-wide watches
+                log.info("caches stopped: not the leader")
             return None
         started = time.monotonic()
         self._last_pass_failed = False
         try:
+            if self.cache is not None and not self.cache.running:
+                log.info("starting the pod and EndpointSlice caches")
+                self.cache.start(sync_timeout=self.settings.cache_sync_timeout)
             report = self.sweeper.sweep()
         except KubeError as e:
             self._last_pass_failed = True

@@ -29,6 +29,8 @@ LEDGER_RETENTION_SECONDS = 30 * 86400.0
 MIN_AGE_SECONDS = 60.0
 """Resources younger than this are protected: the creation race (reservation before pod status)."""
 COMMAND_TIMEOUT_SECONDS = 30.0
+IPTABLES_BACKEND = "auto"
+"""Which iptables holds the node's rules: detected (hint chains, then rule counts), as kube-proxy does."""
 """Upper bound for one external command (iptables-save, a CNI plugin)."""
 
 # -- container runtime (CRI) -----------------------------------------------------------------------

@@ -207,6 +207,10 @@ def add_root_flags(p: argparse.ArgumentParser) -> None:
                    help="the kubelet's staticPodPath: what a manifest there declares is never reclaimed")
     g.add_argument("--pod-log-dir", type=Path, default=Path(defaults.POD_LOG_DIR), metavar="DIR",
                    help="the kubelet's per-pod log directories")
+    g.add_argument("--iptables-backend", choices=["auto", "legacy", "nft", "default"],
+                   default=defaults.IPTABLES_BACKEND,
+                   help="where the node's rules live; auto detects it as kube-proxy does (its hint chains, else "
+                        "the backend with more rules); default: the image's own iptables-save")
     g.add_argument("--net-ns", type=Path, default=None, metavar="FILE",
                    help="read links and iptables in this network namespace (default: the one nodegc runs in)")
 
@@ -238,6 +242,10 @@ def add_source_flags(p: argparse.ArgumentParser) -> None:
     src.add_argument("--kubeconfig", type=Path, metavar="FILE",
                      help="kubeconfig (default: in-cluster config, then $KUBECONFIG, several files merged as "
                           "kubectl does, or ~/.kube/config)")
+    g.add_argument("--context", default=None, metavar="NAME",
+                   help="the kubeconfig context to use (default: its current-context)")
+    g.add_argument("--request-timeout", type=seconds(">", 0), default=defaults.REQUEST_TIMEOUT_SECONDS,
+                   metavar="DURATION", help="one API request at most, e.g. 10s, 1m")
 
 
 def add_engine_flags(p: argparse.ArgumentParser) -> None:

@@ -28,7 +28,8 @@ class Roots:
 class ScanOptions:
     command_timeout: float = defaults.COMMAND_TIMEOUT_SECONDS
     """Upper bound for one external command (iptables-save)."""
-    iptables_save: tuple[str, ...] = ("iptables-save", "ip6tables-save")
+    iptables_backend: str = defaults.IPTABLES_BACKEND
+    """legacy, nft, default (the image's iptables-save) or auto: detected as kube-proxy does."""
     min_age_seconds: float = defaults.MIN_AGE_SECONDS
     """Resources younger than this are protected: the creation race (reservation before pod status)."""
     runtime_endpoint: str | None = None

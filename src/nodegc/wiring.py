@@ -55,6 +55,10 @@ class SourceSettings:
     """--node; None: $NODE_NAME, else inferred from the snapshot, else the hostname."""
     pods_from: Path | None = None
     kubeconfig: Path | None = None
+    context: str | None = None
+    """--context: a kubeconfig context other than the current one."""
+    request_timeout: float = defaults.REQUEST_TIMEOUT_SECONDS
+    """--request-timeout: one API request at most."""
 
     def node_name(self) -> str:
         """The node the API is asked about (a snapshot may instead name it itself)."""
@@ -75,6 +79,7 @@ class SafetySettings:
     runtime_endpoint: str | None = None
     """CRI endpoint; None reads no runtime (the flags default to the containerd socket)."""
     runtime_timeout: float = defaults.RUNTIME_TIMEOUT_SECONDS
+    iptables_backend: str = defaults.IPTABLES_BACKEND
     running_orphan_grace_seconds: float = defaults.RUNNING_ORPHAN_GRACE_SECONDS
     stop_running_orphans: bool = False
 
@@ -158,7 +163,8 @@ def roots_from_args(args: argparse.Namespace) -> Roots:
 
 
 def source_from_args(args: argparse.Namespace) -> SourceSettings:
-    return SourceSettings(node=args.node, pods_from=args.pods_from, kubeconfig=args.kubeconfig)
+    return SourceSettings(node=args.node, pods_from=args.pods_from, kubeconfig=args.kubeconfig,
+                          context=args.context, request_timeout=args.request_timeout)
 
 
 def safety_from_args(args: argparse.Namespace) -> SafetySettings:
@@ -172,6 +178,7 @@ def safety_from_args(args: argparse.Namespace) -> SafetySettings:
         command_timeout=args.command_timeout,
         runtime_endpoint=runtime_endpoint_from_args(args),
         runtime_timeout=args.runtime_timeout,
+        iptables_backend=args.iptables_backend,
         running_orphan_grace_seconds=getattr(args, "running_orphan_grace", defaults.RUNNING_ORPHAN_GRACE_SECONDS),
         stop_running_orphans=getattr(args, "stop_running_orphans", False),
     )
@@ -197,7 +204,8 @@ def scan_from_args(args: argparse.Namespace) -> ScanSettings:
         roots=roots_from_args(args),
         source=source_from_args(args),
         options=ScanOptions(command_timeout=args.command_timeout, min_age_seconds=args.min_age,
-                            runtime_endpoint=runtime_endpoint_from_args(args), runtime_timeout=args.runtime_timeout),
+                            runtime_endpoint=runtime_endpoint_from_args(args), runtime_timeout=args.runtime_timeout,
+                            iptables_backend=args.iptables_backend),
         output=args.output,
         show_all=args.all,
     )
@@ -248,16 +256,22 @@ def make_source(source: SourceSettings, *, prove_current: bool = True) -> Desire
         return SnapshotSource(source.pods_from, node)
     from nodegc.desired.kube import KubeSource
 
-    return KubeSource(source.node_name(), kubeconfig=source.kubeconfig, prove_current=prove_current)
+    # The client is built here (with --context and --request-timeout): a SourceError now if it cannot be.
+    return KubeSource(source.node_name(), client=make_api_client(source), timeout=source.request_timeout,
+                      prove_current=prove_current)
 
 
 STDIN = "-"
 
 
+def reads_stdin(source: SourceSettings) -> bool:
+    return source.pods_from is not None and str(source.pods_from) == STDIN
+
+
 def stdin_snapshot(node: str | None) -> DesiredSource:
-    """`--pods-from -`: stdin read once, kept in a private file dated 1970. Nobody knows when a piped list
-    was taken, so it never counts as fresh: a scan reports on it, a dry run plans on it (marked stale),
-    and nothing destructive ever acts on it."""
+    """`--pods-from -`: stdin read once, kept in a private file dated when it was read. Nobody knows when a
+    piped list was taken, so it never drives a destructive step: a scan reports on it, a dry run plans on
+    it (marked stale), and `clean --apply` and the agent refuse it (`reads_stdin`)."""
     import atexit
     import shutil
     import sys
@@ -269,7 +283,6 @@ def stdin_snapshot(node: str | None) -> DesiredSource:
     atexit.register(shutil.rmtree, scratch, ignore_errors=True)
     path = scratch / "pods"
     path.write_bytes(sys.stdin.buffer.read())
-    os.utime(path, (0, 0))
     source = SnapshotSource(path, node)
     source.name = "snapshot:-"
     return source
@@ -277,9 +290,14 @@ def stdin_snapshot(node: str | None) -> DesiredSource:
 
 def make_api_client(source: SourceSettings) -> lightkube.Client:
     """The process's one API client (watch, live GETs, Events); SourceError when it cannot be set up."""
-    from nodegc.desired.kube import build_client
+    from nodegc.api.client import make_client
+    from nodegc.api.errors import KubeError
+    from nodegc.desired.source import SourceError
 
-    return build_client(source.kubeconfig, timeout=defaults.REQUEST_TIMEOUT_SECONDS)
+    try:
+        return make_client(source.kubeconfig, context=source.context, timeout=source.request_timeout)
+    except KubeError as e:
+        raise SourceError(str(e)) from e
 
 
 def make_reflector(
@@ -300,7 +318,7 @@ def make_event_recorder(
     from nodegc.kube.events import EventRecorder
 
     if client is None:
-        client = make_client(source.kubeconfig)
+        client = make_client(source.kubeconfig, context=source.context, timeout=source.request_timeout)
     return EventRecorder(client, component="nodegc", instance=node, host=node)
 
 
@@ -317,7 +335,8 @@ def make_engine_settings(safety: SafetySettings, phases: PhasePolicy) -> EngineS
         correlation=CorrelationPolicy(min_age_seconds=safety.min_age_seconds),
         blast_radius=BlastRadius(max_share=safety.max_share, allow_empty_desired=safety.allow_empty_desired),
         scan=ScanOptions(command_timeout=safety.command_timeout, min_age_seconds=safety.min_age_seconds,
-                         runtime_endpoint=safety.runtime_endpoint, runtime_timeout=safety.runtime_timeout),
+                         runtime_endpoint=safety.runtime_endpoint, runtime_timeout=safety.runtime_timeout,
+                         iptables_backend=safety.iptables_backend),
         max_desired_age_seconds=safety.max_desired_age_seconds,
         reclaims_per_minute=safety.reclaims_per_minute,
         running_orphan_grace_seconds=safety.running_orphan_grace_seconds,
@@ -330,12 +349,21 @@ ONE_SHOT_PHASES = PhasePolicy(consecutive_scans=1, grace_seconds=0)
 
 
 def make_executor(roots: Roots, *, dry_run: bool, timeout: float, runtime_endpoint: str | None = None,
-                  runtime_timeout: float = defaults.RUNTIME_TIMEOUT_SECONDS) -> Executor:
+                  runtime_timeout: float = defaults.RUNTIME_TIMEOUT_SECONDS,
+                  iptables_backend: str = defaults.IPTABLES_BACKEND) -> Executor:
     if dry_run:
         return DryRunExecutor()
     # StopPodSandbox runs the runtime's CNI DEL: it gets the longer of the two bounds.
     return HostExecutor(roots, timeout=timeout, runtime_endpoint=runtime_endpoint,
-                        runtime_timeout=max(timeout, runtime_timeout))
+                        runtime_timeout=max(timeout, runtime_timeout), iptables_backend=iptables_backend)
+
+
+def iptables_backend(roots: Roots, safety: SafetySettings) -> str:
+    """Which backend the node's rules are read from and removed in, and why (for the start-up log)."""
+    from nodegc.hostio.iptables_backend import commands
+
+    c = commands(safety.iptables_backend, net_ns=roots.net_ns, timeout=safety.command_timeout)
+    return f"{c.backend} ({c.reason})"
 
 
 @contextmanager

@@ -96,6 +96,8 @@ class RecordedRequest:
     headers: dict[str, str] = field(default_factory=dict)
     body: Any = None
     """The decoded JSON body (POST/PUT/PATCH), None without one."""
+    at: float = 0.0
+    """time.monotonic() when the server received it."""
 
     @property
     def is_watch(self) -> bool:
@@ -1294,7 +1296,7 @@ class FakeKubeAPI:
                 except yaml.YAMLError:
                     body_error = "the request body is not JSON"
         with self._lock:
-            self.requests.append(RecordedRequest(method, parts.path, query, dict(headers), body))
+            self.requests.append(RecordedRequest(method, parts.path, query, dict(headers), body, time.monotonic()))
             failure = self._take_failure(parts.path)
             delay = self._delay
         if delay > 0:

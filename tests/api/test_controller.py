@@ -103,7 +103,7 @@ def cluster(api: FakeKubeAPI) -> FakeKubeAPI:
 
 class Replica:
     def __init__(self, kubeconfig: Path, identity: str, *, monotonic: Clock | None = None,
-                 dry_run: bool = False, max_patches: int = 50) -> None:
+                 dry_run: bool = False, max_patches: int = 50, cache: bool = False) -> None:
         self.client: lightkube.Client = make_client(kubeconfig, field_manager="nodegc-controller")
         lease = lease_config(namespace="nodegc-system", name="nodegc-controller", identity=identity,
                              lease_duration=15.0)
@@ -111,12 +111,14 @@ class Replica:
         self.controller = Controller(
             self.client,
             ControllerSettings(lease=lease, interval=0.05,
-                               sweep=SweepOptions(dry_run=dry_run, max_patches=max_patches)),
+                               sweep=SweepOptions(dry_run=dry_run, max_patches=max_patches), cache=cache),
             elector=elector,
         )
         self.elector = self.controller.elector
 
     def close(self) -> None:
+        if self.controller.cache is not None:
+            self.controller.cache.stop()
         self.client.close()
 
 

@@ -72,7 +72,8 @@ def test_a_storm_of_one_kind_is_one_event_with_a_count(
     assert post.method == "POST" and post.path == "/api/v1/namespaces/default/events"
     body = post.body
     assert body["count"] == 500
-    assert body["involvedObject"] == {"kind": "Node", "name": "node-a", "apiVersion": "v1"}
+    # uid = the node's name, as the kubelet sets it: what `kubectl describe node` searches by.
+    assert body["involvedObject"] == {"kind": "Node", "name": "node-a", "apiVersion": "v1", "uid": "node-a"}
     assert body["reason"] == "ReclaimedLeakedIP" and body["type"] == "Normal"
     assert body["message"] == "released 10.0.1.243"  # the latest
     assert body["firstTimestamp"] == "2024-05-01T12:00:00Z"

@@ -314,8 +314,8 @@ def test_unidentifiable_pod_makes_fetch_fail(api: FakeKubeAPI, kubeconfig: Path)
         eventually(api, lambda: ref.stats()["relists_error"] >= 1)
         with pytest.raises(SourceError, match="cannot be trusted"):
             ref.fetch()
+        eventually(api, lambda: ref.stats()["lists"] >= 3)  # relists fail while the pod is there
         api.delete_pod("default", "a2")
-        eventually(api, lambda: ref.stats()["lists"] >= 3)
         eventually(api, lambda: names(ref) == ["a1"])
 
 

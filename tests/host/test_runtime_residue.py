@@ -62,9 +62,11 @@ def test_reboot_orphans_and_id_only_files(containerd_node: Runtime, tmp_path: Pa
     gone = new_spec("gone")
     gone_sid = rt.run_sandbox(gone)
     rt.stop_sandbox(gone_sid)
+    rt.forget_pod(gone)
     # A pod deleted from the API while nothing tore its READY sandbox down.
     orphan = new_spec("orphan")
     orphan_sid = rt.run_sandbox(orphan)
+    rt.forget_pod(orphan)
     # One old sandbox's cache entry is lost: its IP file names only a container id.
     results = node.cni_data_dir / "results"
     (results / f"{NETWORK_NAME}-{old['db']}-eth0").unlink()

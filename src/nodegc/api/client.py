@@ -3,13 +3,15 @@
 A process builds one lightkube client (one connection pool) and hands it to every part that talks to
 the API: the agent's pod watch, its live GETs and its Event writer; the controller's caches, sweeper,
 Lease and Events. Configuration: an explicit file first, then the in-cluster service account, then
-$KUBECONFIG (its first entry) or ~/.kube/config.
+$KUBECONFIG (several files merged as kubectl merges them) or ~/.kube/config; `context` picks a context
+other than the current one, as `kubectl --context` does.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import httpx2
 import lightkube
@@ -25,15 +27,24 @@ AGENT_FIELD_MANAGER = "nodegc"
 CONTROLLER_FIELD_MANAGER = "nodegc-controller"
 
 
-def load_config(kubeconfig: Path | None = None) -> lightkube.KubeConfig:
+def load_config(kubeconfig: Path | None = None, *, context: str | None = None
+                ) -> lightkube.KubeConfig | lightkube.SingleConfig:
     """Every failure is a KubeError whose message never quotes the file (it may hold a token)."""
     try:
         if kubeconfig is not None:
-            return lightkube.KubeConfig.from_file(kubeconfig)
-        if os.environ.get("KUBERNETES_SERVICE_HOST"):
+            config = lightkube.KubeConfig.from_file(kubeconfig)
+        elif os.environ.get("KUBERNETES_SERVICE_HOST") and context is None:
             return lightkube.KubeConfig.from_service_account()
-        env_paths = [p for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p]
-        return lightkube.KubeConfig.from_file(env_paths[0] if env_paths else DEFAULT_KUBECONFIG)
+        else:
+            env_paths = [Path(p) for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p]
+            config = merged_kubeconfig(env_paths) if env_paths else lightkube.KubeConfig.from_file(
+                DEFAULT_KUBECONFIG)
+        if context is None:
+            return config
+        single = config.get(context_name=context)
+        if single is None:
+            raise lightkube.ConfigError(f"context {context!r} not found")
+        return single
     except yaml.YAMLError as e:
         # str(e) would quote the offending line, which may hold a token.
         mark = getattr(e, "problem_mark", None)
@@ -43,10 +54,59 @@ def load_config(kubeconfig: Path | None = None) -> lightkube.KubeConfig:
         raise KubeError(f"cannot load the Kubernetes client configuration: {type(e).__name__}: {e}") from e
 
 
+# Fields holding a path, resolved against the file that names them (kubectl does the same), so that a
+# relative path in the second file of $KUBECONFIG still means what it meant there.
+_PATH_FIELDS = {"clusters": ("cluster", ("certificate-authority",)),
+                "users": ("user", ("client-certificate", "client-key", "tokenFile"))}
+
+
+def merged_kubeconfig(paths: list[Path]) -> lightkube.KubeConfig:
+    """$KUBECONFIG's files merged by kubectl's rules: for clusters, users and contexts the first file that
+    names an entry wins, and so does the first file that sets current-context; missing files are skipped."""
+    merged: dict[str, Any] = {"clusters": [], "users": [], "contexts": []}
+    seen: dict[str, set[str]] = {k: set() for k in merged}
+    found: list[Path] = []
+    for raw in paths:
+        path = raw.expanduser()
+        if not path.is_file():
+            continue
+        found.append(path)
+        doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        if not isinstance(doc, dict):
+            raise ValueError(f"{path} is not a kubeconfig (a mapping)")
+        if merged.get("current-context") is None and doc.get("current-context"):
+            merged["current-context"] = doc["current-context"]
+        for section in ("clusters", "users", "contexts"):
+            for entry in doc.get(section) or []:
+                name = entry.get("name") if isinstance(entry, dict) else None
+                if not isinstance(name, str) or name in seen[section]:
+                    continue
+                seen[section].add(name)
+                merged[section].append(_absolute_paths(section, entry, path.parent))
+    if not found:
+        raise lightkube.ConfigError(f"none of the $KUBECONFIG files exists: {os.pathsep.join(map(str, paths))}")
+    return lightkube.KubeConfig.from_dict(merged, fname=found[0])
+
+
+def _absolute_paths(section: str, entry: dict[str, Any], base: Path) -> dict[str, Any]:
+    if section not in _PATH_FIELDS:
+        return entry
+    key, fields = _PATH_FIELDS[section]
+    body = entry.get(key)
+    if not isinstance(body, dict):
+        return entry
+    fixed = dict(body)
+    for f in fields:
+        value = fixed.get(f)
+        if isinstance(value, str) and value and not Path(value).expanduser().is_absolute():
+            fixed[f] = str(base / value)
+    return {**entry, key: fixed}
+
+
 def make_client(kubeconfig: Path | None = None, *, timeout: float = DEFAULT_TIMEOUT,
-                field_manager: str = AGENT_FIELD_MANAGER) -> lightkube.Client:
+                field_manager: str = AGENT_FIELD_MANAGER, context: str | None = None) -> lightkube.Client:
     """One lightkube client; KubeError when the configuration cannot be loaded or used."""
-    config = load_config(kubeconfig)
+    config = load_config(kubeconfig, context=context)
     try:
         return lightkube.Client(config, timeout=httpx2.Timeout(timeout), field_manager=field_manager)
     except (lightkube.ConfigError, OSError, KeyError, MsgspecError, TypeError, ValueError, AssertionError) as e:

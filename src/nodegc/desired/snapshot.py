@@ -43,17 +43,7 @@ class SnapshotSource:
         # The file's time, not the read's and not clamped to now: a day-old file must look a day old to the
         # engine's staleness guard, and a file from the future must look like one (the guard refuses both).
         content, written = _read(self.path)
-        objects = list(_pod_objects(_load(content, self.path), self.path))
-        pods: list[Pod] = []
-        for index, obj in enumerate(objects):
-            try:
-                pods.append(pod_from_object(obj))
-            except ValueError as e:
-                raise SourceError(f"{self.path}: pod #{index}: {e}") from e
-        node = self.node if self.node is not None else _infer_node(pods, self.path)
-        mine = tuple(pod for pod in pods if pod.node_name == node)
-        _refuse_filtered(mine, node, self.path)
-        return DesiredState(node=node, pods=mine, source=self.name, fetched_at=written)
+        return parse_snapshot(content, path=self.path, node=self.node, written=written, source=self.name)
 
     def get_pod(self, namespace: str, name: str) -> Pod | None:
         """Re-reads the file: the freshest a snapshot can be. It is not a live read, which is why the
@@ -62,6 +52,21 @@ class SnapshotSource:
             if pod.namespace == namespace and pod.name == name:
                 return pod
         return None
+
+
+def parse_snapshot(content: bytes, *, path: Path, node: str | None, written: datetime, source: str) -> DesiredState:
+    """The desired state a snapshot's bytes describe, or SourceError: no other exception, whatever the bytes."""
+    objects = list(_pod_objects(_load(content, path), path))
+    pods: list[Pod] = []
+    for index, obj in enumerate(objects):
+        try:
+            pods.append(pod_from_object(obj))
+        except ValueError as e:
+            raise SourceError(f"{path}: pod #{index}: {e}") from e
+    node = node if node is not None else _infer_node(pods, path)
+    mine = tuple(pod for pod in pods if pod.node_name == node)
+    _refuse_filtered(mine, node, path)
+    return DesiredState(node=node, pods=mine, source=source, fetched_at=written)
 
 
 def _read(path: Path) -> tuple[bytes, datetime]:
@@ -90,7 +95,12 @@ def _read(path: Path) -> tuple[bytes, datetime]:
             remaining -= len(chunk)
         if remaining <= 0:
             raise SourceError(f"snapshot {path} grew above the {MAX_SNAPSHOT_BYTES} byte limit while read")
-        return b"".join(chunks), datetime.fromtimestamp(st.st_mtime, UTC)
+        try:
+            written = datetime.fromtimestamp(st.st_mtime, UTC)
+        except (ValueError, OverflowError) as e:
+            raise SourceError(f"snapshot {path} has a modification time out of range ({st.st_mtime:.0f}):"
+                              " the clock that wrote it is broken") from e
+        return b"".join(chunks), written
     except OSError as e:
         raise SourceError(f"cannot read snapshot {path}: {e.strerror or e}") from e
     finally:

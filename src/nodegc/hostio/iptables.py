@@ -18,6 +18,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nodegc.hostio.iptables_backend import IPV6_SAVES
 from nodegc.model.resources import HostportRule, IptablesChain, Kind, ReadProblem
 from nodegc.settings import in_net_ns
 
@@ -226,7 +227,7 @@ def _hostport_rules_of(table: _Table, chains: dict[str, IptablesChain]) -> list[
     return out
 
 
-OPTIONAL_COMMANDS = frozenset({"ip6tables-save"})
+OPTIONAL_COMMANDS = IPV6_SAVES
 """A node without the IPv6 tool has no IPv6 rules nodegc could see or remove: its absence is no problem
 (a problem would keep every chain item of the node from ever being confirmed absent)."""
 _NOT_FOUND_EXIT = 127

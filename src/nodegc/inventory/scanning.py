@@ -10,6 +10,7 @@ from datetime import datetime
 from pathlib import Path
 
 from nodegc.hostio.clock import utcnow
+from nodegc.hostio.iptables_backend import commands as iptables_commands
 from nodegc.hostio.mountinfo import read_mounts
 from nodegc.inventory.cni_cache import scan_cni_cache
 from nodegc.inventory.cni_conf import scan_ranges
@@ -42,7 +43,9 @@ def scan_node(
     # iptables-save runs in its own processes and the runtime answers over its socket: start both first
     # and read the files while they work.
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="scan") as pool:
-        rules_read = pool.submit(scan_iptables, net_ns=roots.net_ns, commands=options.iptables_save,
+        saves = iptables_commands(options.iptables_backend, net_ns=roots.net_ns,
+                                  timeout=options.command_timeout).save
+        rules_read = pool.submit(scan_iptables, net_ns=roots.net_ns, commands=saves,
                                  timeout=options.command_timeout)
         runtime_read = pool.submit(read_runtime, options)
         inventory = _read_host(roots, taken_at, rules_read)

@@ -1,8 +1,9 @@
 """Stale EndpointSlice endpoints, cluster wide: report those a controller owns, remove the others.
 
-One pass: list every slice, then every pod (in that order: an endpoint is written after its pod exists,
-so a pod a listed slice points at is in the later pod list unless it is really gone), plan with
-`planning.endpoints`, then act:
+One pass: read every slice, then every pod (in that order: an endpoint is written after its pod exists,
+so a pod a slice points at is in the later pod read unless it is really gone), plan with
+`planning.endpoints`, then act. The read is a list of each (no cache) or the controller's watch-backed
+`ClusterCache` (the same order, by resourceVersion); then:
 - controller-managed slices are never edited (the controller would put the endpoint back, or fight us):
   the finding is logged, counted and becomes a Warning Event on the Service;
 - any other slice loses its stale endpoints through a JSON merge patch that carries the resourceVersion
@@ -28,6 +29,7 @@ from lightkube.types import PatchType
 from nodegc import defaults
 from nodegc.api.errors import KubeError, call, get_or_none
 from nodegc.api.objects import pod_from_object, slice_from_object
+from nodegc.kube.cache import ClusterCache
 from nodegc.kube.events import EventRecorder, EventType, ObjectRef
 from nodegc.model.endpoints import Slice, StaleAction, StaleEndpoint
 from nodegc.model.pods import Pod
@@ -86,20 +88,30 @@ class EndpointSliceSweeper:
         is_leader: Callable[[], bool],
         events: EventRecorder | None = None,
         options: SweepOptions | None = None,
+        cache: ClusterCache | None = None,
     ) -> None:
         self._client = client
         self._is_leader = is_leader
         self._events = events
         self.options = options or SweepOptions()
+        self.cache = cache
+        """With a cache, a pass reads the watch-backed view instead of listing slices and pods."""
 
     def sweep(self) -> SweepReport:
-        """One pass. Raises KubeError when the slices or the pods cannot be listed (nothing is done then)."""
+        """One pass. Raises KubeError when the slices or the pods cannot be listed, or the cache is not
+        usable (not synced, untrusted or stale): nothing is done then."""
         report = SweepReport()
         if not self._is_leader():
             report.lost_leadership = True
             return report
-        raw_slices = self._list_slices()
-        pods = self._pod_index(report)
+        if self.cache is not None:
+            snapshot = self.cache.snapshot()
+            raw_slices, pods = snapshot.slices, snapshot.pods
+            report.problems.extend(snapshot.problems)
+            report.deferred_slices += snapshot.waiting
+        else:
+            raw_slices = self._list_slices()
+            pods = self._pod_index(report)
         parsed: list[tuple[Slice, Mapping[str, Any]]] = []
         for raw in raw_slices:
             try:

@@ -57,7 +57,9 @@ class ObjectRef:
 
     @classmethod
     def node(cls, name: str, uid: str | None = None) -> ObjectRef:
-        return cls(kind="Node", name=name, uid=uid)
+        """The uid defaults to the node's name, as the kubelet writes it: `kubectl describe node` finds a
+        Node's Events by involvedObject.uid equal to the node's UID or to its name."""
+        return cls(kind="Node", name=name, uid=uid or name)
 
     @classmethod
     def pod(cls, namespace: str, name: str, uid: str | None = None) -> ObjectRef:

@@ -92,6 +92,8 @@ class HostExecutor:
     runtime_endpoint: str | None = None
     """CRI endpoint for sandboxes (StopPodSandbox, RemovePodSandbox); None: sandboxes are not touched."""
     runtime_timeout: float = 60.0
+    iptables_backend: str = "auto"
+    """Whose iptables-save/-restore: legacy, nft, default, or auto (detected, as kube-proxy does)."""
 
     def execute(self, batch: Batch, *, on_outcome: OnOutcome) -> None:
         _HostRun(self, on_outcome).run(batch)
@@ -194,7 +196,8 @@ class _HostRun:
         chains = [r for _, r in items if isinstance(r, IptablesChain)]
         rules = [r for _, r in items if isinstance(r, HostportRule)]
         fault_point("before_clean:iptables")
-        outcomes = remove_rules(chains, rules, net_ns=self.x.roots.net_ns, timeout=self.x.timeout)
+        outcomes = remove_rules(chains, rules, net_ns=self.x.roots.net_ns, timeout=self.x.timeout,
+                                backend=self.x.iptables_backend)
         fault_point("after_clean:iptables")
         for item, resource in items:
             key = resource.name if isinstance(resource, IptablesChain) else getattr(resource, "rule", "")

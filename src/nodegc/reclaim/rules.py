@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nodegc.hostio.iptables import parse_iptables_save, read_iptables_save
+from nodegc.hostio.iptables_backend import commands as iptables_commands
 from nodegc.model.resources import HostportRule, IptablesChain
 from nodegc.reclaim.outcomes import Outcome
 from nodegc.settings import in_net_ns
@@ -30,6 +31,12 @@ class _Family:
 
 
 FAMILIES = (_Family("iptables-save", "iptables-restore"), _Family("ip6tables-save", "ip6tables-restore"))
+
+
+def _families(backend: str, net_ns: Path | None, timeout: float) -> tuple[_Family, _Family]:
+    """The save/restore pair of each address family, of the backend that holds the node's rules."""
+    c = iptables_commands(backend, net_ns=net_ns, timeout=timeout)
+    return _Family(c.save[0], c.restore[0]), _Family(c.save[1], c.restore[1])
 
 
 @dataclass
@@ -54,25 +61,27 @@ def remove_rules(
     *,
     net_ns: Path | None,
     timeout: float = 30.0,
+    backend: str = "auto",
 ) -> dict[str, Outcome]:
     """Outcomes keyed by chain name and by rule text (rule texts start with `-A`, so keys never clash)."""
     deadline = time.monotonic() + timeout
+    families = _families(backend, net_ns, timeout)
     dumps: list[_Dump | None] = []
     read_errors: list[str] = []
-    for fam in FAMILIES:
+    for fam in families:
         dump, error = _read(fam, net_ns=net_ns, deadline=deadline)
         dumps.append(dump)
         if error:
             read_errors.append(error)
 
     outcomes: dict[str, list[Outcome]] = {}
-    units: list[list[_Unit]] = [[] for _ in FAMILIES]
+    units: list[list[_Unit]] = [[] for _ in families]
     for chain in chains:
         _plan_chain(chain, dumps, units, outcomes, read_errors)
     for rule in rules:
         _plan_rule(rule, dumps, units, outcomes, read_errors)
 
-    for fam, fam_units in zip(FAMILIES, units, strict=True):
+    for fam, fam_units in zip(families, units, strict=True):
         if not fam_units:
             continue
         for unit, outcome in _apply(fam, fam_units, net_ns=net_ns, deadline=deadline):

@@ -407,6 +407,8 @@ class SandboxContainerd:
         )
 
     def run_sandbox(self, spec: SandboxSpec, *, timeout: float = 60.0) -> str:
+        """RunPodSandbox as the kubelet calls it, after it made the pod's directory and log directory."""
+        (self.node.kubelet_root / "pods" / spec.uid).mkdir(parents=True, exist_ok=True)
         (self.log_root / spec.log_dir_name).mkdir(parents=True, exist_ok=True)
         with self.client(timeout=timeout) as c:
             reply = c.call("RunPodSandbox", message("RunPodSandboxRequest", config=self.sandbox_config(spec)),
@@ -428,6 +430,10 @@ class SandboxContainerd:
             cid = str(reply.container_id)
             c.call("StartContainer", message("StartContainerRequest", container_id=cid), "StartContainerResponse")
         return cid
+
+    def forget_pod(self, spec: SandboxSpec) -> None:
+        """What the kubelet removes of a deleted pod whatever the runtime did: its directory."""
+        shutil.rmtree(self.node.kubelet_root / "pods" / spec.uid, ignore_errors=True)
 
     def stop_sandbox(self, sandbox_id: str) -> None:
         with self.client(timeout=60.0) as c:

@@ -52,7 +52,7 @@ def test_history_and_explain_say_nodegc_removed_what_it_removed_before_a_sigkill
 
     shown = _nodegc("history", "--state-dir", str(state), "--kind", kind, "-o", "json")
     assert shown.returncode == 0, shown.stderr
-    rows = json.loads(shown.stdout)
+    rows = json.loads(shown.stdout)["items"]
     closing = [r for r in rows if r["to"] == "closed"]
     assert len(closing) == 1, rows
     assert "gone before it was reclaimed" not in closing[0]["reason"]

@@ -1,0 +1,501 @@
+"""A list+watch cache of one resource type: the machinery under the agent's pod watch and the controller's
+caches of pods and EndpointSlices.
+
+Listing on every pass costs the API server a full (paged) list each time; a watch costs one long request
+plus a relist now and then. The cache must never be trusted blindly, so it is rebuilt by a full relist:
+- on 410 Gone (the watch's resourceVersion left the server's history window);
+- when the stream is stalled: no event and no bookmark for `idle_timeout_seconds` (bookmarks are
+  requested, so a healthy but quiet watch still speaks; httpx's read timeout is the detector);
+- on an ERROR event or anything undecodable on the stream;
+- every resync period, so a missed event cannot hide a residue or protect a dead object forever.
+A watch that merely ends (server timeout, dropped connection) is resumed from the last resourceVersion
+seen, without a relist, as client-go does.
+
+The view is fresh as of the last successful list, or event or bookmark received on a live watch, so a
+stalled or failing cache ages and its users refuse to act on it. A list whose resourceVersion is older
+than one already seen (a lagging cache or API server) is not applied; after `max_stale_lists` such answers
+in a row it is taken anyway, since resourceVersions can go backwards after an etcd restore.
+
+Fleet scale: every wait is jittered, so thousands of agents that lost their watches in the same API outage
+do not come back in lock-step. Retries back off exponentially with each delay drawn from [0.5, 1.5) of its
+nominal value; a relist after a watch that every cache of the fleet loses at once (410 Gone, a stall) first
+waits a random share of `relist_spread_seconds`; the resync period is stretched by a random 0 to 20 %.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import random
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+import httpx2
+import lightkube
+
+from nodegc.api.client import make_client
+from nodegc.api.errors import KubeError, call
+from nodegc.api.objects import resource_version_number
+from nodegc.api.streaming import WatchRequests
+from nodegc.hostio.clock import utcnow
+from nodegc.observe.logs import get_logger
+
+log = get_logger("nodegc.reflector")
+
+T = TypeVar("T")
+
+COUNTERS = ("lists", "watches", "resyncs", "stale_lists", "relists_gone", "relists_stalled", "relists_error")
+EVENT_TYPES = ("ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR")
+"""Watch events are counted by type under `events_<type>` (for metrics)."""
+CHUNK_SIZE = 500
+RETRY_JITTER = 0.5
+"""A retry delay is drawn from [1 - j, 1 + j) times its nominal value."""
+RESYNC_JITTER = 0.2
+"""The resync period is stretched by a random share in [0, j)."""
+MAX_RELIST_SPREAD_SECONDS = 10.0
+_FLEET_WIDE = frozenset({"gone", "stalled"})
+"""Relist causes that hit every watch of the fleet at once; an undecodable event is this cache's own."""
+
+
+def backoff_delay(failures: int, *, base: float, cap: float, rng: random.Random,
+                  jitter: float = RETRY_JITTER) -> float:
+    """The wait after `failures` failures in a row: exponential, capped, then jittered."""
+    nominal = min(cap, base * 2.0 ** max(0, failures - 1))
+    return float(nominal * (1.0 - jitter + 2.0 * jitter * rng.random()))
+
+
+class CacheUnusable(Exception):
+    """The cache has not synced, or holds an object it could not identify: it proves nothing."""
+
+
+class _Relist(Exception):
+    """The watch cannot go on from its resourceVersion: list again."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+
+
+class _WatchFailed(Exception):
+    """The watch request failed without saying the resourceVersion is gone: retry the watch."""
+
+
+@dataclass(frozen=True)
+class CacheView(Generic[T]):
+    """What the cache holds at one instant."""
+
+    items: tuple[T, ...]
+    fresh_at: datetime
+    """The last moment the view was known current (a list, an event or a bookmark)."""
+    resource_version: int | None
+    """The newest resourceVersion the view has applied (list, event or bookmark); None if not numeric."""
+
+
+class Reflector(Generic[T]):
+    """A background list+watch of `resource` (all namespaces) filtered by `fields`.
+
+    `parse(obj)` turns one object into T or raises ValueError: a list or event carrying an object that
+    cannot be parsed makes the whole cache untrusted until a relist succeeds. `key(item)` is its identity in
+    the cache; `keep(item)` drops what a server that ignored the selector sent. `on_delete(item)` runs on
+    the watch thread (a DELETED event, or an item a relist finds gone): it must be quick and must not call
+    `stop()`; an exception it raises is logged and ignored.
+    """
+
+    def __init__(
+        self,
+        resource: type[Any],
+        *,
+        what: str,
+        noun: str,
+        cache_label: str | None = None,
+        thread_name: str | None = None,
+        parse: Callable[[Mapping[str, Any]], T],
+        key: Callable[[T], str],
+        keep: Callable[[T], bool] = lambda _item: True,
+        fields: Mapping[str, str] | None = None,
+        client: lightkube.Client | None = None,
+        kubeconfig: Path | None = None,
+        resync_seconds: float = 300.0,
+        watch_timeout_seconds: int = 290,
+        idle_timeout_seconds: float = 150.0,
+        request_timeout: float = 10.0,
+        retry_seconds: float = 1.0,
+        max_retry_seconds: float = 30.0,
+        relist_spread_seconds: float | None = None,
+        max_stale_lists: int = 3,
+        clock: Callable[[], datetime] = utcnow,
+        on_delete: Callable[[T], None] | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.what = what
+        self.cache_label = cache_label or f"{what} cache"
+        self._thread_name = thread_name or f"reflector-{what.replace(' ', '-')}"
+        self._resource = resource
+        self._noun = noun
+        self._parse = parse
+        self._key = key
+        self._keep = keep
+        self._fields = dict(fields or {})
+        self._client = client
+        self._owns_client = client is None
+        self._kubeconfig = kubeconfig
+        self._resync = resync_seconds
+        self._watch_timeout = watch_timeout_seconds
+        self._idle_timeout = idle_timeout_seconds
+        self._request_timeout = request_timeout
+        self._retry = retry_seconds
+        self._max_retry = max_retry_seconds
+        self._relist_spread = (min(max_retry_seconds, MAX_RELIST_SPREAD_SECONDS)
+                               if relist_spread_seconds is None else relist_spread_seconds)
+        self._max_stale_lists = max_stale_lists
+        self._clock = clock
+        self._on_delete = on_delete
+        self._rng = rng or random.Random()  # noqa: S311 - jitter, not secrets
+
+        self._lock = threading.Lock()
+        self._items: dict[str, T] = {}
+        self._fresh_at: datetime | None = None
+        self._invalid: str | None = None
+        self._last_error: str | None = None
+        self._rv: str | None = None
+        self._high_rv: int | None = None
+        self._stale_lists = 0
+        self._response: httpx2.Response | None = None
+        self._watches: WatchRequests | None = None
+        self._counters: dict[str, int] = dict.fromkeys(COUNTERS, 0)
+        self._synced = threading.Event()
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # lifecycle
+
+    def start(self) -> Reflector[T]:
+        """Start the watch thread; KubeError when no client can be built or it cannot watch."""
+        if self._thread is not None:
+            return self
+        self._watch_requests()  # a client that cannot watch fails here, not inside the thread
+        with self._lock:  # a restarted cache proves nothing until it has listed again
+            self._synced.clear()
+            self._items = {}
+            self._fresh_at = None
+            self._rv = None
+        self._stopping.clear()
+        self._thread = threading.Thread(target=self._run, name=self._thread_name, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stopping.set()
+        with self._lock:
+            response = self._response
+        if response is not None:
+            # the watch thread may be reading it; it sees the stop flag next
+            with contextlib.suppress(httpx2.HTTPError, OSError, RuntimeError):
+                response.close()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+        if self._client is not None and self._owns_client:
+            self._client.close()
+            self._client = None
+            self._watches = None
+
+    def wait_synced(self, timeout: float | None = None) -> bool:
+        """Block until the first list is in (True) or `timeout` passes (False)."""
+        return self._synced.wait(timeout)
+
+    @property
+    def synced(self) -> bool:
+        return self._synced.is_set()
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None
+
+    def last_fresh(self) -> datetime | None:
+        with self._lock:
+            return self._fresh_at
+
+    def view(self) -> CacheView[T]:
+        """The cached items; never a request. CacheUnusable before the first list or after a bad object."""
+        with self._lock:
+            if self._invalid is not None:
+                raise CacheUnusable(f"{self.cache_label} cannot be trusted: {self._invalid}")
+            if not self._synced.is_set() or self._fresh_at is None:
+                why = f": {self._last_error}" if self._last_error else ""
+                raise CacheUnusable(f"{self.cache_label} has not synced yet{why}")
+            return CacheView(items=tuple(self._items.values()), fresh_at=self._fresh_at,
+                             resource_version=self._high_rv)
+
+    def stats(self) -> dict[str, int]:
+        """Counters of lists, watches, relists by cause and events by type (for metrics and benchmarks)."""
+        with self._lock:
+            return dict(self._counters)
+
+    def client(self) -> lightkube.Client:
+        return self._require_client()
+
+    # the watch thread
+
+    def _run(self) -> None:
+        failures = 0
+        relists = 0  # relists in a row with no watch that worked in between: backed off after the first
+        need_list = True
+        next_resync = 0.0
+        while not self._stopping.is_set():
+            try:
+                if need_list:
+                    self._relist()
+                    need_list = False
+                    failures = 0
+                    next_resync = time.monotonic() + self._resync * (1.0 + RESYNC_JITTER * self._rng.random())
+                if time.monotonic() >= next_resync:
+                    self._count("resyncs")
+                    need_list = True
+                    continue
+                if self._watch(until=next_resync):
+                    failures = 0
+                    relists = 0
+                else:
+                    failures += 1  # ended without a single line: do not spin
+                    self._backoff(failures)
+            except _Relist as e:
+                self._count(f"relists_{e.reason}")
+                log.info("watch needs a relist", cache=self.what, reason=e.reason, detail=str(e))
+                need_list = True
+                relists += 1
+                if relists > 1:
+                    # A watch that keeps failing right after each list (410 on every watch, a persistent
+                    # ERROR) must not turn into a list loop against the API server.
+                    self._backoff(relists - 1)
+                elif e.reason in _FLEET_WIDE:
+                    # Every cache of the fleet may have lost its watch at the same moment (an API server
+                    # restart, a compaction, a stalled server): spread the relists.
+                    self._stopping.wait(self._relist_spread * self._rng.random())
+            except KubeError as e:
+                failures += 1
+                self._note_error(str(e))
+                log.warning("list failed", cache=self.what, error=str(e), attempt=failures)
+                self._backoff(failures)
+            except (_WatchFailed, httpx2.HTTPError, OSError) as e:
+                if self._stopping.is_set():
+                    break
+                failures += 1
+                detail = f"{type(e).__name__}: {e}"
+                self._note_error(f"watch failed: {detail}")
+                log.info("watch broke; resuming", cache=self.what, error=detail, resource_version=self._rv)
+                self._backoff(failures)
+
+    def _backoff(self, failures: int) -> None:
+        self._stopping.wait(backoff_delay(failures, base=self._retry, cap=self._max_retry, rng=self._rng))
+
+    def _list_objects(self) -> tuple[list[dict[str, Any]], str | None]:
+        """Every object (paged), and the resourceVersion of that consistent list (no resourceVersion is
+        asked: a quorum read). Any failure on any page raises KubeError."""
+        client = self._require_client()
+
+        def fetch() -> tuple[list[dict[str, Any]], str | None]:
+            fields: dict[str, Any] | None = dict(self._fields) or None
+            items = client.list(self._resource, namespace=lightkube.ALL_NS, chunk_size=CHUNK_SIZE, fields=fields)
+            objects = [_plain(item) for item in items]
+            try:
+                rv: str | None = items.resourceVersion
+            except lightkube.NotReadyError:
+                rv = None  # an empty first page without metadata: a watch then starts from "now"
+            return objects, rv
+
+        return call(f"listing {self.what}", fetch, timeout=self._request_timeout)
+
+    def _relist(self) -> None:
+        started = self._clock()
+        self._count("lists")
+        objects, rv = self._list_objects()
+        items: dict[str, T] = {}
+        for index, obj in enumerate(objects):
+            try:
+                item = self._parse(obj)
+            except ValueError as e:
+                why = f"{self._noun} #{index} from the API cannot be identified: {e}"
+                with self._lock:
+                    self._invalid = why
+                raise KubeError(why) from e
+            if self._keep(item):
+                items[self._key(item)] = item
+        number = resource_version_number(rv)
+        with self._lock:
+            if number is not None and self._high_rv is not None and number < self._high_rv:
+                self._stale_lists += 1
+                self._counters["stale_lists"] += 1
+                if self._stale_lists <= self._max_stale_lists:
+                    raise KubeError(
+                        f"the list of {self.what} is at resourceVersion {rv}, "
+                        f"older than {self._high_rv} already seen"
+                    )
+                self._high_rv = None  # the server insists: its history restarted
+            self._stale_lists = 0
+            gone = [item for k, item in self._items.items() if k not in items]
+            self._items = items
+            self._rv = rv
+            if number is not None:
+                self._high_rv = number if self._high_rv is None else max(self._high_rv, number)
+            self._fresh_at = started
+            self._invalid = None
+            self._last_error = None
+        self._synced.set()
+        for item in gone:
+            self._notify_delete(item)
+
+    def _watch(self, *, until: float) -> bool:
+        """One watch request; True when at least one line arrived. Returns when the stream ends cleanly
+        or the resync is due; raises _Relist, _WatchFailed or httpx errors."""
+        watches = self._watch_requests()
+        server_timeout = max(1, min(self._watch_timeout, math.ceil(until - time.monotonic())))
+        params: dict[str, Any] = {
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": str(server_timeout),
+            "resourceVersion": self._rv,
+        }
+        if self._fields:
+            params = {"fieldSelector": ",".join(f"{k}={v}" for k, v in self._fields.items()), **params}
+        # The read timeout is the stall detector; near the resync it also ends the watch on time.
+        read_timeout = min(self._idle_timeout, max(0.01, until - time.monotonic()))
+        self._count("watches")
+        try:
+            response = watches.open(self._resource, namespace=lightkube.ALL_NS, params=params,
+                                    connect_timeout=self._request_timeout, read_timeout=read_timeout)
+        except httpx2.ReadTimeout as e:
+            if time.monotonic() >= until:
+                return True
+            raise _Relist("stalled", f"no answer to the watch for {self._idle_timeout:g}s") from e
+        with self._lock:
+            self._response = response
+        got_line = False
+        try:
+            if response.status_code != 200:
+                self._raise_for_watch_status(response)
+            for line in response.iter_lines():
+                if self._stopping.is_set():
+                    return True
+                if not line.strip():
+                    continue
+                got_line = True
+                self._apply(line)
+                if time.monotonic() >= until:
+                    return True
+            return got_line
+        except httpx2.ReadTimeout as e:
+            if time.monotonic() >= until:
+                return True  # the resync is due (a relist follows either way)
+            raise _Relist("stalled", f"no event nor bookmark for {self._idle_timeout:g}s") from e
+        finally:
+            with self._lock:
+                self._response = None
+            response.close()
+
+    def _raise_for_watch_status(self, response: httpx2.Response) -> None:
+        response.read()
+        code = response.status_code
+        if code == 410:
+            raise _Relist("gone", "watch answered 410 Gone")
+        raise _WatchFailed(f"watch answered HTTP {code} {response.reason_phrase}")
+
+    def _apply(self, line: str) -> None:
+        try:
+            event = json.loads(line)
+        except ValueError as e:
+            raise _Relist("error", "a watch line is not JSON") from e
+        obj = event.get("object") if isinstance(event, Mapping) else None
+        kind = event.get("type") if isinstance(event, Mapping) else None
+        if not isinstance(obj, Mapping):
+            raise _Relist("error", f"a {kind} watch event without an object")
+        if kind in EVENT_TYPES:
+            self._count(f"events_{kind.lower()}")
+        if kind == "ERROR":
+            code, reason = obj.get("code"), obj.get("reason")
+            if code == 410:
+                raise _Relist("gone", f"watch ERROR event: 410 {reason}")
+            raise _Relist("error", f"watch ERROR event: {code} {reason}")
+        meta = obj.get("metadata")
+        rv = meta.get("resourceVersion") if isinstance(meta, Mapping) else None
+        if kind == "BOOKMARK":
+            self._advance(str(rv) if rv is not None else None)
+            return
+        if kind not in ("ADDED", "MODIFIED", "DELETED"):
+            log.info("unknown watch event type ignored", cache=self.what, type=str(kind))
+            return
+        try:
+            item = self._parse(obj)
+        except ValueError as e:
+            with self._lock:
+                self._invalid = f"a {kind} event carries a {self._noun} that cannot be identified: {e}"
+            raise _Relist("error", f"unidentifiable {self._noun} in a {kind} event") from e
+        deleted: T | None = None
+        key = self._key(item)
+        with self._lock:
+            if kind == "DELETED":
+                self._items.pop(key, None)
+                deleted = item
+            elif not self._keep(item):
+                self._items.pop(key, None)  # a server that ignored the selector
+            else:
+                self._items[key] = item
+        self._advance(str(rv) if rv is not None else None)
+        if deleted is not None:
+            self._notify_delete(deleted)
+
+    def _advance(self, rv: str | None) -> None:
+        """The watch spoke: the view is fresh as of now, unless it is replaying history behind a list."""
+        now = self._clock()
+        number = resource_version_number(rv)
+        with self._lock:
+            if rv is not None:
+                self._rv = rv
+            if number is None or self._high_rv is None or number >= self._high_rv:
+                self._fresh_at = now
+                if number is not None:
+                    self._high_rv = number
+
+    def _notify_delete(self, item: T) -> None:
+        if self._on_delete is None:
+            return
+        try:
+            self._on_delete(item)
+        except Exception as e:  # a callback must never stop the watch
+            log.warning("on_delete callback failed", cache=self.what, item=self._key(item), error=repr(e))
+
+    def _watch_requests(self) -> WatchRequests:
+        if self._watches is None:
+            self._watches = WatchRequests(self._require_client())
+        return self._watches
+
+    def _require_client(self) -> lightkube.Client:
+        if self._client is None:
+            self._client = make_client(self._kubeconfig, timeout=self._request_timeout)
+        return self._client
+
+    def _count(self, key: str) -> None:
+        with self._lock:
+            self._counters[key] = self._counters.get(key, 0) + 1
+
+    def _note_error(self, message: str) -> None:
+        with self._lock:
+            self._last_error = message
+
+
+def _plain(item: Any) -> dict[str, Any]:
+    """A typed lightkube object, or a generic resource (a dict whose metadata may be a model), as JSON."""
+    to_dict = getattr(item, "to_dict", None)
+    if callable(to_dict) and not isinstance(item, dict):
+        plain: dict[str, Any] = to_dict()
+        return plain
+    plain = dict(item)
+    meta = plain.get("metadata")
+    if meta is not None and not isinstance(meta, Mapping):
+        plain["metadata"] = meta.to_dict()
+    return plain
