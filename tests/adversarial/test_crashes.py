@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from nodegc.agent import Wakeups, run_loop
 from nodegc.desired.snapshot import SnapshotSource
 from nodegc.desired.source import SourceError
 from nodegc.engine.cycle import Engine, EngineSettings
@@ -22,6 +23,7 @@ from nodegc.ledger.store import Ledger, LedgerError
 from nodegc.model.findings import FindingClass
 from nodegc.model.items import Item, Phase
 from nodegc.model.resources import Inventory, Kind
+from nodegc.observe.health import Heartbeat
 from nodegc.observe.metrics import Metrics
 from nodegc.planning.correlate import CorrelationPolicy
 from nodegc.planning.phases import PhasePolicy, Transition, reconcile
@@ -229,6 +231,26 @@ def test_a_ledger_error_in_a_cycle_is_counted_and_the_cycle_ends_cleanly(tmp_pat
     finally:
         ledger.close()
     assert "nodegc_ledger_errors_total 1.0" in metrics.render().decode()
+
+
+def test_the_agent_loop_goes_on_after_ledger_errors(tmp_path: Path) -> None:
+    """A ledger that breaks under a running agent (here: its tables dropped) costs cycles, not the agent."""
+    f = tmp_path / "pods.json"
+    f.write_text(json.dumps({"kind": "List", "items": [POD]}))
+    metrics = Metrics()
+    ledger = Ledger(tmp_path / "ledger.db")
+    ledger.db.execute("DROP TABLE items")
+    engine = Engine(roots=Roots(), source=SnapshotSource(f, "n1"), ledger=ledger, executor=DryRunExecutor(),
+                    metrics=metrics, scanner=lambda _r, _o: Inventory(taken_at=datetime.now(UTC)))
+    heartbeat = Heartbeat(0.01)
+    try:
+        run_loop(engine, interval=0.0, stop=threading.Event(), wakeups=Wakeups(), heartbeat=heartbeat,
+                 max_cycles=3)
+    finally:
+        ledger.close()
+    assert "nodegc_ledger_errors_total 3.0" in metrics.render().decode()
+    ready, why = heartbeat.ready()
+    assert not ready and "ledger" in why
 
 
 def _agent(state_dir: Path, tmp_path: Path) -> subprocess.CompletedProcess[str]:

@@ -30,8 +30,9 @@ from nodegc.hostio.mountinfo import parse_mountinfo
 from nodegc.hostio.netlink import NetlinkError, _messages, _parse_link
 from nodegc.inventory.cni_cache import parse_cache_entry
 from nodegc.inventory.netns import _odd_name
+from nodegc.ledger.store import Ledger
 from nodegc.model.findings import FindingClass
-from nodegc.model.items import Phase
+from nodegc.model.items import Item, Phase
 from nodegc.model.pods import DesiredState, OwnerState, Pod
 from nodegc.model.resources import (
     CNICacheEntry,
@@ -39,6 +40,7 @@ from nodegc.model.resources import (
     Inventory,
     IPReservation,
     IptablesChain,
+    Kind,
     NetnsEntry,
     PodDir,
     VethLink,
@@ -47,7 +49,7 @@ from nodegc.model.resources import (
 from nodegc.planning.correlate import CorrelationPolicy, correlate
 from nodegc.planning.guards import BlastRadius, blast_radius_refusal
 from nodegc.planning.owners import cni_chain_name
-from nodegc.planning.phases import PhasePolicy, hostport_rule_id, identities, reconcile
+from nodegc.planning.phases import PhasePolicy, Transition, hostport_rule_id, identities, reconcile
 
 
 class Violation(AssertionError):
@@ -396,6 +398,36 @@ def _check_link_dump(data: bytes) -> None:
         _expect(link.name is None or _utf8(link.name), "a link name that is not valid Unicode")
 
 
+# -- the ledger: whatever text an item carries comes back exactly --------------------------------
+
+_any_text = st.text(st.one_of(st.characters(), st.sampled_from(["\ud800", "\udcff", "\x00", "'", "%"])), max_size=12)
+
+
+@st.composite
+def _ledger_item(draw: st.DrawFn) -> tuple[Item, str]:
+    kind = draw(st.sampled_from(list(Kind)))
+    rid = draw(_any_text)
+    opt = st.one_of(st.none(), _any_text)
+    item = Item(key=f"{kind.value}:{rid}", kind=kind, resource_id=rid, phase=draw(st.sampled_from(list(Phase))),
+                identity=tuple(draw(st.lists(st.tuples(_any_text, _any_text), max_size=2))),
+                finding_class=draw(_any_text), owner_uid=draw(opt), owner_namespace=draw(opt), owner_name=draw(opt),
+                container_id=draw(opt), first_seen=draw(st.floats(0, 1e10)), last_seen=draw(st.floats(0, 1e10)),
+                orphan_count=draw(st.integers(0, 2**62)), attempts=draw(st.integers(0, 2**62)),
+                next_attempt=draw(st.one_of(st.none(), st.floats(0, 1e10))), last_error=draw(opt),
+                lazy=draw(st.booleans()))
+    return item, draw(_any_text)
+
+
+def _check_ledger(case: tuple[Item, str]) -> None:
+    item, reason = case
+    with Ledger(":memory:") as ledger:
+        ledger.apply([Transition(item, None, reason)], now=1.0)
+        _expect(ledger.get(item.key) == item, "an item did not come back exactly")
+        _expect(ledger.items() == {item.key: item}, "the item list differs")
+        for row in ledger.history(key=item.key):
+            _expect(all(_utf8(t) for t in (row.key, row.reason, row.owner or "")), "a history row is unprintable")
+
+
 # -- correlate + plan -----------------------------------------------------------------------------
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
@@ -561,5 +593,6 @@ TARGETS: tuple[Target, ...] = (
     Target("pod_object", _pod_object(), _check_pod_object, rejects=(ValueError,)),
     Target("netns_name", _netns_name(), _check_netns_name),
     Target("link_dump", _link_dump(), _check_link_dump, rejects=(NetlinkError,)),
+    Target("ledger_roundtrip", _ledger_item(), _check_ledger),
     Target("correlate_plan", _scenario(), _check_pipeline),
 )

@@ -204,3 +204,28 @@ def test_without_root_the_commands_that_need_it_say_so(argv: list[str]) -> None:
     history = subprocess.run([*nobody, "history", "--state-dir", "/nonexistent"], capture_output=True, text=True,
                              timeout=120, check=False, cwd="/")
     assert "needs root" not in history.stderr and "no ledger at" in history.stderr
+
+
+def test_sigint_exit_codes_match_the_readme(sandbox_node: SandboxNode, tmp_path: Path) -> None:
+    """One-shot commands exit 130 on Ctrl-C; the agent finishes its cycle and exits 0 (README table)."""
+    import signal
+
+    waiting = subprocess.Popen([sys.executable, "-m", "nodegc", "scan", "--pods-from", "-", *roots(sandbox_node)],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(1.5)  # blocked reading stdin
+    waiting.send_signal(signal.SIGINT)
+    _, err = waiting.communicate(timeout=60)
+    assert waiting.returncode == 130, err
+    assert err.strip() == "nodegc: interrupted"
+    snapshot = sandbox_node.write_snapshot(sandbox_node.root / "pods.json")
+    agent = subprocess.Popen([sys.executable, "-m", "nodegc", "agent", "--pods-from", str(snapshot),
+                              *roots(sandbox_node), "--state-dir", str(tmp_path / "state"), "--interval", "0.2",
+                              "--metrics-address", ""], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        time.sleep(2)
+        agent.send_signal(signal.SIGINT)
+        assert agent.wait(timeout=60) == 0
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+            agent.wait()

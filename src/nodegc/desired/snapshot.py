@@ -95,7 +95,12 @@ def _read(path: Path) -> tuple[bytes, datetime]:
             remaining -= len(chunk)
         if remaining <= 0:
             raise SourceError(f"snapshot {path} grew above the {MAX_SNAPSHOT_BYTES} byte limit while read")
-        return b"".join(chunks), datetime.fromtimestamp(st.st_mtime, UTC)
+        try:
+            written = datetime.fromtimestamp(st.st_mtime, UTC)
+        except (ValueError, OverflowError) as e:
+            raise SourceError(f"snapshot {path} has a modification time out of range ({st.st_mtime:.0f}):"
+                              " the clock that wrote it is broken") from e
+        return b"".join(chunks), written
     except OSError as e:
         raise SourceError(f"cannot read snapshot {path}: {e.strerror or e}") from e
     finally:
