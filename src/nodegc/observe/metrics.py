@@ -188,6 +188,9 @@ class Metrics:
                 current.add(key)
                 if u.capacity is not None:
                     self.range_capacity.labels(*key).set(u.capacity)
+                else:
+                    with contextlib.suppress(KeyError):
+                        self.range_capacity.remove(*key)  # no configuration describes it any more
                 self.range_reserved.labels(*key).set(u.reserved)
                 self.range_live.labels(*key).set(u.live)
                 self.range_leaked.labels(*key).set(u.leaked)
