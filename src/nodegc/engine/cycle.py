@@ -387,8 +387,8 @@ class Engine:
             return f"a pod named {item.owner_namespace}/{item.owner_name} exists and no UID tells it apart"
         if item.owner_uid not in (pod.uid, pod.static_uid):
             return None  # a newer incarnation under the same name: not the owner
-        if item.kind is Kind.POD_DIR:
-            return "the owner pod still exists; the kubelet keeps its directory"
+        if item.kind in (Kind.POD_DIR, Kind.POD_LOG_DIR):
+            return "the owner pod still exists; the kubelet keeps its directories"
         if pod.state is not OwnerState.TERMINAL:
             return f"the owner pod is {pod.state.value}"
         return None

@@ -22,6 +22,7 @@ from nodegc.model.resources import (
     Kind,
     NetnsEntry,
     PodDir,
+    PodLogDir,
     VethLink,
     VolumeDir,
 )
@@ -65,7 +66,7 @@ class Transition:
 
 
 Resource = (IPReservation | CNICacheEntry | NetnsEntry | VethLink | IptablesChain | HostportRule | PodDir | VolumeDir
-            | RuntimeSandbox)
+            | RuntimeSandbox | PodLogDir)
 
 
 def hostport_rule_id(rule: HostportRule) -> str:
@@ -92,6 +93,8 @@ def resources(inv: Inventory) -> dict[str, Resource]:
         for vol in d.volumes:
             if vol.mounted:
                 out[item_key(Kind.VOLUME_MOUNT, vol.path)] = vol
+    for log_dir in inv.pod_logs:
+        out[item_key(Kind.POD_LOG_DIR, log_dir.path)] = log_dir
     if inv.runtime is not None and inv.runtime.reachable:
         for sb in inv.runtime.sandboxes:
             out[item_key(Kind.SANDBOX, sb.id)] = sb
@@ -115,6 +118,8 @@ def identity_of(resource: Resource) -> Identity:
             return (("container_id", resource.container_id or ""), ("rule", resource.rule))
         case PodDir():
             return (("inode", str(resource.inode)),)
+        case PodLogDir():
+            return (("inode", str(resource.inode)), ("uid", resource.uid))
         case RuntimeSandbox():
             # An id the runtime reuses for another sandbox is another creation time.
             created = resource.created_at.isoformat() if resource.created_at else ""

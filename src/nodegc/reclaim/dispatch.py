@@ -8,6 +8,7 @@ persists it before the next item is touched.
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -21,6 +22,7 @@ from nodegc.model.resources import (
     IptablesChain,
     NetnsEntry,
     PodDir,
+    PodLogDir,
     VethLink,
     VolumeDir,
 )
@@ -78,6 +80,8 @@ def describe(resource: Resource) -> str:
             return f"unmount {resource.path}"
         case PodDir():
             return f"remove pod directory {resource.path}"
+        case PodLogDir():
+            return f"remove pod log directory {resource.path}"
         case RuntimeSandbox():
             return (f"ask the runtime to stop, then remove sandbox {resource.id[:12]} of"
                     f" {resource.pod_namespace}/{resource.pod_name} (CRI StopPodSandbox, RemovePodSandbox)")
@@ -234,6 +238,14 @@ class _HostRun:
                 return unmount_volume(resource, proc_root=roots.proc_root, timeout=self.x.unmount_timeout)
             case PodDir():
                 return remove_pod_dir(resource, kubelet_root=roots.kubelet_root, proc_root=roots.proc_root)
+            case PodLogDir():
+                from nodegc.reclaim.removing import remove_dir_in
+
+                if os.path.dirname(resource.path) not in (os.fsdecode(roots.pod_log_dir),
+                                                          os.path.realpath(roots.pod_log_dir)):
+                    return Outcome.failed(f"refused: {resource.path} is not directly in {roots.pod_log_dir}")
+                return remove_dir_in(roots.pod_log_dir, os.path.basename(resource.path), inode=resource.inode,
+                                     proc_root=roots.proc_root)
             case RuntimeSandbox():
                 from nodegc.reclaim.sandboxes import remove_sandbox
 
