@@ -117,6 +117,7 @@ class Controller:
         metrics: ControllerMetrics | None = None,
         elector: LeaderElector | None = None,
         events: EventRecorder | None = None,
+        cache: ClusterCache | None = None,
     ) -> None:
         self.settings = settings
         self.metrics = metrics or ControllerMetrics()
@@ -126,8 +127,9 @@ class Controller:
                                    max_per_minute=settings.events_per_minute,
                                    flush_interval=settings.event_flush_interval)
         self.events = events
-        self.cache = (ClusterCache(client, RawEndpointSlice, max_age_seconds=settings.cache_max_age_seconds)
-                      if settings.cache else None)
+        if cache is None and settings.cache:
+            cache = ClusterCache(client, RawEndpointSlice, max_age_seconds=settings.cache_max_age_seconds)
+        self.cache = cache
         self.sweeper = EndpointSliceSweeper(client, is_leader=self.elector.is_leader, events=events,
                                             options=settings.sweep, cache=self.cache)
         self._last_pass_failed = False
