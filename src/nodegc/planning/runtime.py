@@ -103,6 +103,10 @@ class _Runtime:
             self.by_pod[sb.pod_uid].append(sb)
         for sbs in self.by_pod.values():
             sbs.sort(key=lambda s: (s.created_at.timestamp() if s.created_at else float("inf"), s.attempt))
+        self.live_containers: dict[str, int] = defaultdict(int)
+        for c in view.containers:
+            if c.state in ("running", "created"):
+                self.live_containers[c.sandbox_id] += 1
         self.by_netns = {b: sb for sb in view.sandboxes if (b := _base(sb.netns_path))}
         self.ready_ips = {ip for sb in view.sandboxes if sb.ready for ip in (normalize_ip(i) for i in sb.ips) if ip}
         photo = min(ctx.now, ctx.desired.fetched_at.timestamp())
@@ -234,9 +238,9 @@ class _Runtime:
                 return finding(FindingClass.RUNNING_ORPHAN, "its pod is not in the API: reported, not stopped")
             return finding(FindingClass.IN_USE if pod is not None else FindingClass.PROTECTED,
                            "READY" if pod is not None else "its pod is not in the API yet or any more (young)")
-        running = [c for c in self.view.containers if c.sandbox_id == sb.id and c.state in ("running", "created")]
+        running = self.live_containers.get(sb.id, 0)
         if running:
-            return finding(FindingClass.UNKNOWN, f"NotReady, yet {len(running)} of its containers are not exited")
+            return finding(FindingClass.UNKNOWN, f"NotReady, yet {running} of its containers are not exited")
         if young:
             return finding(FindingClass.PROTECTED, "NotReady, but younger than the photographs allow to judge")
         if pod is None:
