@@ -151,7 +151,8 @@ class _Runtime:
             sb = self.by_netns.get(ns.name)
             entries = self.ctx.cache.by_netns.get(ns.name, [])
             cid = sb.id if sb else (entries[0].container_id if len({e.container_id for e in entries}) == 1 else None)
-            out[(Kind.NETNS, ns.path)] = (cid, ns.mtime, ns.addresses)
+            # Its addresses, and those of every cache entry naming it: a live pod's address keeps it.
+            out[(Kind.NETNS, ns.path)] = (cid, ns.mtime, (*ns.addresses, *(ip for e in entries for ip in e.ips)))
         netns_cid = {ns.path: out[(Kind.NETNS, ns.path)] for ns in inv.netns}
         for link in inv.veths:
             out[(Kind.VETH, link.name)] = netns_cid.get(link.peer_netns_path or "", (None, None, ()))
