@@ -229,3 +229,30 @@ def test_sigint_exit_codes_match_the_readme(sandbox_node: SandboxNode, tmp_path:
         if agent.poll() is None:
             agent.kill()
             agent.wait()
+
+
+def test_no_kubeconfig_is_one_error_with_a_hint(sandbox_node: SandboxNode, tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST")}
+    env["HOME"] = str(tmp_path)  # no ~/.kube/config
+    out = nodegc("scan", *roots(sandbox_node), env=env)
+    assert out.returncode == 4
+    lines = out.stderr.splitlines()
+    assert len(lines) == 2 and lines[0].startswith("nodegc: cannot read the pods bound to this node")
+    assert lines[1].startswith("hint:") and "--kubeconfig" in lines[1] and "--pods-from" in lines[1]
+
+
+def test_history_and_explain_documents(sandbox_node: SandboxNode, tmp_path: Path) -> None:
+    snapshot = leaky_node(sandbox_node)
+    state = tmp_path / "state"
+    done = nodegc("clean", "--apply", "--pods-from", str(snapshot), *roots(sandbox_node), "--min-age", "0",
+                  "--state-dir", str(state), "-o", "yaml")
+    assert done.returncode == EXIT_CLEAN, done.stderr
+    cleaned = yaml.safe_load(done.stdout)
+    assert (cleaned["kind"], cleaned["applied"]) == ("CleanReport", True) and cleaned["results"]
+    history = yaml.safe_load(nodegc("history", "--state-dir", str(state), "--since", "1h30m", "-o", "yaml").stdout)
+    assert (history["apiVersion"], history["kind"]) == ("nodegc.io/v1alpha1", "History") and history["items"]
+    item = history["items"][0]["item"]
+    explained = nodegc("explain", item, "--state-dir", str(state), "-o", "json")
+    doc = json.loads(explained.stdout)
+    assert (doc["kind"], doc["item"], doc["phase"]) == ("Explanation", item, "closed")
+    assert [h["to"] for h in doc["history"]][-1] == "closed"

@@ -162,3 +162,55 @@ def test_running_orphan_reported_then_stopped_only_on_opt_in(containerd_node: Ru
     assert [(f.id, stopped) for f, stopped, _ in report.stopped_orphans] == [(orphan_sid, True)]
     assert _status(rt, orphan_sid)[0] is False  # type: ignore[index]
     assert _status(rt, live_sid)[0] is True  # type: ignore[index]
+
+
+def test_firewall_rules_of_dead_attachments(sandbox_node: SandboxNode, tmp_path: Path) -> None:
+    from nodegc.sandbox.containerd import containerd_available
+
+    missing = containerd_available()
+    if missing:
+        import os
+
+        import pytest
+
+        if os.environ.get("CI") == "true":
+            pytest.fail(missing)
+        pytest.skip(missing)
+    node = sandbox_node
+    rt = SandboxContainerd(node, firewall=True)
+    try:
+        rt.start()
+        web, db = new_spec("web"), new_spec("db")
+        old = {s.name: rt.run_sandbox(s) for s in (web, db)}
+        old_ips = {name: _ip(rt, sid) for name, sid in old.items()}
+        rt.kill_everything()
+        rt.wipe_state(metadata=True)
+        rt.start()
+        new = {s.name: rt.run_sandbox(SandboxSpec(s.name, s.namespace, s.uid, attempt=1)) for s in (web, db)}
+        new_ips = {name: _ip(rt, sid) for name, sid in new.items()}
+        # db's old attachment already lost its reservation and cache entry: only its firewall rules are left.
+        (node.ipam_dir / NETWORK_NAME / old_ips["db"]).unlink()
+        for entry in (node.cni_data_dir / "results").glob(f"*{old['db']}*"):
+            entry.unlink()
+        snap = write_pods(tmp_path / "pods.json", [pod_record(node, s, new_ips[s.name]) for s in (web, db)])
+        rules = node.node_exec("iptables-save", "-t", "filter")
+        assert all(f"-s {ip}/32 -j ACCEPT" in rules for ip in [*old_ips.values(), *new_ips.values()])
+        scan = _nodegc(node, rt, snap, "scan", "-o", "json")
+        doc = json.loads(scan.stdout)
+        fw = {f["id"]: f["class"] for f in doc["findings"] if f["kind"] == "firewall_rule"}
+        for ip in old_ips.values():
+            assert fw[f"filter/CNI-FORWARD/-s {ip}"] == "leaked_firewall_rule", fw
+        for ip in new_ips.values():
+            assert fw[f"filter/CNI-FORWARD/-s {ip}"] == "in_use", fw
+        clean = _nodegc(node, rt, snap, "clean", "--apply", "--state-dir", str(tmp_path / "state"), "-o", "json")
+        assert clean.returncode in (0, 3), clean.stderr[-3000:]
+        rules = node.node_exec("iptables-save", "-t", "filter")
+        for ip in old_ips.values():
+            assert f" {ip}/32 " not in rules
+        for ip in new_ips.values():
+            assert f"-A CNI-FORWARD -s {ip}/32 -j ACCEPT" in rules
+            assert f"-A CNI-FORWARD -d {ip}/32 -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT" in rules
+        for name, sid in new.items():
+            assert _status(rt, sid) == (True, (new_ips[name],), _status(rt, sid)[2])  # type: ignore[index]
+    finally:
+        rt.close()

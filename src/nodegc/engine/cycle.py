@@ -485,6 +485,7 @@ _CLOCK_TOLERANCE = 5.0
 # CNI DEL first (Debian's bridge plugin fails DEL when its chain is already gone), then what DEL left:
 # rules, the veth, the netns, and the IP last, once nothing can still carry it.
 _KIND_ORDER = {kind: i for i, kind in enumerate((
-    Kind.SANDBOX, Kind.CNI_CACHE, Kind.HOSTPORT_RULE, Kind.IPTABLES_CHAIN, Kind.VETH, Kind.NETNS, Kind.IP_RESERVATION,
-    Kind.VOLUME_MOUNT, Kind.POD_DIR, Kind.RUNTIME_LEFTOVER, Kind.POD_LOG_DIR, Kind.FIREWALL_RULE,
+    Kind.SANDBOX, Kind.CNI_CACHE, Kind.HOSTPORT_RULE, Kind.IPTABLES_CHAIN, Kind.FIREWALL_RULE, Kind.VETH, Kind.NETNS,
+    Kind.IP_RESERVATION,
+    Kind.VOLUME_MOUNT, Kind.POD_DIR, Kind.RUNTIME_LEFTOVER, Kind.POD_LOG_DIR,
 ))}

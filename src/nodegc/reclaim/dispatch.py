@@ -17,6 +17,7 @@ from nodegc.faults import fault_point
 from nodegc.model.items import Item
 from nodegc.model.resources import (
     CNICacheEntry,
+    FirewallRule,
     HostportRule,
     IPReservation,
     IptablesChain,
@@ -82,6 +83,8 @@ def describe(resource: Resource) -> str:
             return f"remove pod directory {resource.path}"
         case PodLogDir():
             return f"remove pod log directory {resource.path}"
+        case FirewallRule():
+            return f"delete firewall rule '{resource.rule}' (while no other container holds {resource.ip})"
         case RuntimeSandbox():
             return (f"ask the runtime to stop, then remove sandbox {resource.id[:12]} of"
                     f" {resource.pod_namespace}/{resource.pod_name} (CRI StopPodSandbox, RemovePodSandbox)")
@@ -143,6 +146,13 @@ class _HostRun:
                     rules_done = True
                     self.rules([(i, r) for i, r in batch
                                 if isinstance(r, IptablesChain | HostportRule) and not self.held(i)])
+                continue
+            if isinstance(resource, FirewallRule):
+                if not self.held(item):
+                    from nodegc.reclaim.firewall import remove_firewall_rule
+
+                    self.report(item, remove_firewall_rule(resource, container_id=item.container_id,
+                                                           roots=self.x.roots, timeout=self.x.timeout))
                 continue
             if isinstance(resource, CNICacheEntry):
                 if not dels_done:
