@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import datetime, timedelta
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nodegc.model.findings import Finding, FindingClass
-from nodegc.model.resources import Inventory, IptablesChain, Kind
+from nodegc.model.ipranges import AddressRange, HostLocalRange
+from nodegc.model.resources import FirewallRule, Inventory, IptablesChain, Kind
 from nodegc.model.runtime import RuntimeContainer, RuntimeSandbox, RuntimeView
 from nodegc.planning.correlate import correlate
 from nodegc.planning.runtime import runtime_unusable
@@ -61,10 +63,16 @@ def test_id_only_file_of_an_unknown_sandbox_is_residue() -> None:
     inv = Inventory(taken_at=NOW,
                     ip_reservations=(reservation("10.0.0.9", "dead"), reservation("10.0.0.3", "new")),
                     cni_cache=(cache("new", uid="u1", ip="10.0.0.3"),),
-                    runtime=view(sandbox("new", "u1", ips=("10.0.0.3",))))
-    # A pod still starting makes today's rules protect the id-only file; the runtime settles it.
+                    runtime=view(sandbox("new", "u1", ips=("10.0.0.3",)),
+                                 sandbox("boot", "u2", ready=False, name="starting")))
+    # A pod still starting makes today's rules protect the id-only file; the runtime settles it, once it
+    # shows the starting pod's sandbox (it lists a sandbox only after its CNI ADD).
     out = run(inv, pod("web", "u1", ip="10.0.0.3"), pod("starting", "u2", phase="Pending"))
     assert out[ip_key("10.0.0.9")].cls is FindingClass.LEAKED_IP
+    # Before that, the starting pod's ADD may be this very reservation's.
+    inv = dataclasses.replace(inv, runtime=view(sandbox("new", "u1", ips=("10.0.0.3",))))
+    out = run(inv, pod("web", "u1", ip="10.0.0.3"), pod("starting", "u2", phase="Pending"))
+    assert out[ip_key("10.0.0.9")].cls is FindingClass.PROTECTED
 
 
 def test_young_or_foreign_unknown_ids_are_kept() -> None:
@@ -172,3 +180,50 @@ def test_nothing_of_a_ready_sandbox_is_ever_residue(
     for f in correlate(inv, desired(*pods), now=NOW):
         if f.cls.is_residue:
             assert f.owner.container_id not in ready and f.id not in ready, f
+
+
+def _fw(ip: str, direction: str = "s") -> FirewallRule:
+    text = (f"-A CNI-FORWARD -s {ip}/32 -j ACCEPT" if direction == "s" else
+            f"-A CNI-FORWARD -d {ip}/32 -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT")
+    return FirewallRule(table="filter", chain="CNI-FORWARD", rule=text, ip=ip, family=0)
+
+
+def test_firewall_rules_follow_the_address() -> None:
+    ranges = (HostLocalRange(network=NET, ranges=(AddressRange("10.0.0.0/24", "10.0.0.2", "10.0.0.254",
+                                                               "10.0.0.1", 253),), source="conf"),)
+    inv = Inventory(
+        taken_at=NOW,
+        ip_reservations=(reservation("10.0.0.2", "old"), reservation("10.0.0.3", "new")),
+        cni_cache=(cache("old", uid="gone", ip="10.0.0.2"), cache("new", uid="u1", ip="10.0.0.3")),
+        firewall_rules=(_fw("10.0.0.2"), _fw("10.0.0.3"), _fw("10.0.0.9"), _fw("10.0.0.7"), _fw("192.168.9.9")),
+        ip_ranges=ranges,
+    )
+    # 10.0.0.7 has no reservation but a live pod claims it (the address was reused): never taken.
+    out = run(inv, pod("web", "u1", ip="10.0.0.3"), pod("reuse", "u2", ip="10.0.0.7"))
+
+    def cls(ip: str) -> FindingClass:
+        return out[(Kind.FIREWALL_RULE, f"filter/CNI-FORWARD/-s {ip}")].cls
+    assert cls("10.0.0.2") is FindingClass.LEAKED_FIREWALL_RULE  # follows its dead reservation
+    assert cls("10.0.0.3") is FindingClass.IN_USE
+    assert cls("10.0.0.9") is FindingClass.LEAKED_FIREWALL_RULE  # no reservation, in a known range
+    assert cls("10.0.0.7") is FindingClass.IN_USE
+    assert cls("192.168.9.9") is FindingClass.UNKNOWN  # no range nodegc knows holds it
+
+
+def test_firewall_parse_takes_only_the_plugins_two_shapes() -> None:
+    from nodegc.inventory.iptables import firewall_rules_of
+
+    text = "\n".join([
+        "*filter",
+        "-A CNI-FORWARD -m comment --comment \"CNI firewall plugin admin overrides\" -j CNI-ADMIN",
+        "-A CNI-FORWARD -d 10.0.0.2/32 -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT",
+        "-A CNI-FORWARD -s 10.0.0.2/32 -j ACCEPT",
+        "-A CNI-FORWARD -s 10.0.0.0/24 -j ACCEPT",
+        "-A CNI-FORWARD -d 10.0.0.5/32 -j ACCEPT",
+        "-A CNI-FORWARD -s fd00::5/128 -j ACCEPT",
+        "COMMIT",
+        "*nat",
+        "-A CNI-FORWARD -s 10.0.0.3/32 -j ACCEPT",
+        "COMMIT",
+    ])
+    assert [(r.ip, r.family) for r in firewall_rules_of(text)] == [("10.0.0.2", 0), ("10.0.0.2", 0), ("fd00::5", 1)]

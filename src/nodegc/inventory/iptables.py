@@ -1,4 +1,5 @@
-"""CNI iptables chains and hostport rules of the node, from one iptables-save per address family.
+"""CNI iptables chains, hostport rules and firewall-plugin rules of the node, from one iptables-save per
+address family.
 
 See `nodegc.hostio.iptables` for what counts as a per-container chain and a hostport rule.
 
@@ -11,7 +12,9 @@ have no such counter and are dumped every time.
 from __future__ import annotations
 
 import functools
+import ipaddress
 import os
+import re
 import shutil
 import subprocess
 import threading
@@ -21,19 +24,40 @@ from pathlib import Path
 
 from nodegc.hostio.iptables import parse_iptables_save, read_iptables_save
 from nodegc.hostio.netlink import nft_generation
-from nodegc.model.resources import HostportRule, IptablesChain, Kind, ReadProblem
+from nodegc.model.resources import FirewallRule, HostportRule, IptablesChain, Kind, ReadProblem
 
-_Result = tuple[tuple[IptablesChain, ...], tuple[HostportRule, ...], tuple[ReadProblem, ...]]
+_All = tuple[tuple[IptablesChain, ...], tuple[HostportRule, ...], tuple[FirewallRule, ...], tuple[ReadProblem, ...]]
+
+_FIREWALL_RULE = re.compile(
+    r"^-A CNI-FORWARD -(?P<dir>[ds]) (?P<ip>[0-9a-fA-F.:]+)/(?P<plen>32|128)"
+    r"(?: -m conntrack --ctstate RELATED,ESTABLISHED)? -j ACCEPT$"
+)
 
 
-@dataclass(frozen=True)
-class _Dumped:
-    generation: int
-    result: _Result
-
-
-_last: dict[tuple[str | None, tuple[str, ...]], _Dumped] = {}
-_lock = threading.Lock()
+def firewall_rules_of(text: str) -> tuple[FirewallRule, ...]:
+    """The firewall plugin's per-address rules (exactly its two shapes; anything else in CNI-FORWARD is
+    not one of them and is left out)."""
+    out: list[FirewallRule] = []
+    table = ""
+    for raw in text.split("\n"):
+        line = raw.strip()
+        if line.startswith("*"):
+            table = line[1:].strip()
+            continue
+        if table != "filter" or not line.startswith("-A CNI-FORWARD "):
+            continue
+        m = _FIREWALL_RULE.match(line)
+        if m is None:
+            continue
+        try:
+            ip = ipaddress.ip_address(m["ip"])
+        except ValueError:
+            continue
+        family = 1 if ip.version == 6 else 0
+        if (m["plen"] == "128") != (family == 1) or (m["dir"] == "d") != ("conntrack" in line):
+            continue
+        out.append(FirewallRule(table=table, chain="CNI-FORWARD", rule=line, ip=str(ip), family=family))
+    return tuple(out)
 
 
 def scan_iptables(
@@ -42,7 +66,20 @@ def scan_iptables(
     commands: Sequence[str] = ("iptables-save", "ip6tables-save"),
     timeout: float = 30.0,
     reuse: bool = True,
-) -> _Result:
+) -> tuple[tuple[IptablesChain, ...], tuple[HostportRule, ...], tuple[ReadProblem, ...]]:
+    chains, hostport, _firewall, problems = scan_iptables_all(net_ns=net_ns, commands=commands, timeout=timeout,
+                                                              reuse=reuse)
+    return chains, hostport, problems
+
+
+def scan_iptables_all(
+    *,
+    net_ns: Path | None = None,
+    commands: Sequence[str] = ("iptables-save", "ip6tables-save"),
+    timeout: float = 30.0,
+    reuse: bool = True,
+) -> _All:
+    """scan_iptables plus the firewall plugin's per-address rules, from the same dumps."""
     key = (str(net_ns) if net_ns is not None else None, tuple(commands))
     generation = nft_generation(net_ns) if reuse and all(_is_nft(c) for c in commands) else None
     if generation is not None:
@@ -54,11 +91,21 @@ def scan_iptables(
     chains, hostport, skipped = parse_iptables_save(text)
     where = "iptables-save output"
     parse_problems = tuple(ReadProblem(Kind.IPTABLES_CHAIN, where, reason) for reason in skipped)
-    result = (chains, hostport, problems + parse_problems)
+    result = (chains, hostport, firewall_rules_of(text), problems + parse_problems)
     if generation is not None and not problems and nft_generation(net_ns) == generation:
         with _lock:
             _last[key] = _Dumped(generation, result)
     return result
+
+
+@dataclass(frozen=True)
+class _Dumped:
+    generation: int
+    result: _All
+
+
+_last: dict[tuple[str | None, tuple[str, ...]], _Dumped] = {}
+_lock = threading.Lock()
 
 
 def forget_dumps() -> None:

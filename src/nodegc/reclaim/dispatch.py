@@ -8,6 +8,7 @@ persists it before the next item is touched.
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -16,11 +17,13 @@ from nodegc.faults import fault_point
 from nodegc.model.items import Item
 from nodegc.model.resources import (
     CNICacheEntry,
+    FirewallRule,
     HostportRule,
     IPReservation,
     IptablesChain,
     NetnsEntry,
     PodDir,
+    PodLogDir,
     VethLink,
     VolumeDir,
 )
@@ -78,6 +81,10 @@ def describe(resource: Resource) -> str:
             return f"unmount {resource.path}"
         case PodDir():
             return f"remove pod directory {resource.path}"
+        case PodLogDir():
+            return f"remove pod log directory {resource.path}"
+        case FirewallRule():
+            return f"delete firewall rule '{resource.rule}' (while no other container holds {resource.ip})"
         case RuntimeSandbox():
             return (f"ask the runtime to stop, then remove sandbox {resource.id[:12]} of"
                     f" {resource.pod_namespace}/{resource.pod_name} (CRI StopPodSandbox, RemovePodSandbox)")
@@ -132,13 +139,18 @@ class _HostRun:
         return False
 
     def run(self, batch: Batch) -> None:
-        rules_done = veths_done = dels_done = False
+        rules_done = veths_done = dels_done = firewall_done = False
         for item, resource in batch:
             if isinstance(resource, IptablesChain | HostportRule):
                 if not rules_done:
                     rules_done = True
                     self.rules([(i, r) for i, r in batch
                                 if isinstance(r, IptablesChain | HostportRule) and not self.held(i)])
+                continue
+            if isinstance(resource, FirewallRule):
+                if not firewall_done:
+                    firewall_done = True
+                    self.firewall([(i, r) for i, r in batch if isinstance(r, FirewallRule) and not self.held(i)])
                 continue
             if isinstance(resource, CNICacheEntry):
                 if not dels_done:
@@ -234,11 +246,34 @@ class _HostRun:
                 return unmount_volume(resource, proc_root=roots.proc_root, timeout=self.x.unmount_timeout)
             case PodDir():
                 return remove_pod_dir(resource, kubelet_root=roots.kubelet_root, proc_root=roots.proc_root)
+            case PodLogDir():
+                from nodegc.reclaim.removing import remove_dir_in
+
+                if os.path.dirname(resource.path) not in (os.fsdecode(roots.pod_log_dir),
+                                                          os.path.realpath(roots.pod_log_dir)):
+                    return Outcome.failed(f"refused: {resource.path} is not directly in {roots.pod_log_dir}")
+                return remove_dir_in(roots.pod_log_dir, os.path.basename(resource.path), inode=resource.inode,
+                                     proc_root=roots.proc_root)
             case RuntimeSandbox():
                 from nodegc.reclaim.sandboxes import remove_sandbox
 
                 return remove_sandbox(resource, endpoint=self.x.runtime_endpoint, timeout=self.x.runtime_timeout)
         return Outcome.failed(f"no executor for {type(resource).__name__}")
+
+    def firewall(self, items: Sequence[tuple[Item, Resource]]) -> None:
+        """The firewall plugin's rules of one cycle, each checked against the reservations, in one
+        iptables-restore per family."""
+        from nodegc.reclaim.firewall import remove_firewall_rules
+
+        if not items:
+            return
+        rules = [(r, i.container_id) for i, r in items if isinstance(r, FirewallRule)]
+        fault_point("before_clean:firewall_rule")
+        outcomes = remove_firewall_rules(rules, roots=self.x.roots, timeout=self.x.timeout,
+                                         backend=self.x.iptables_backend)
+        fault_point("after_clean:firewall_rule")
+        for (item, _), outcome in zip(items, outcomes, strict=True):
+            self.report(item, outcome)
 
     def veths(self, items: Sequence[tuple[Item, Resource]]) -> None:
         """All veths of one cycle on one netlink socket, each compared before its delete."""
