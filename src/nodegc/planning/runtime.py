@@ -103,6 +103,10 @@ class _Runtime:
             self.by_pod[sb.pod_uid].append(sb)
         for sbs in self.by_pod.values():
             sbs.sort(key=lambda s: (s.created_at.timestamp() if s.created_at else float("inf"), s.attempt))
+        self.live_containers: dict[str, int] = defaultdict(int)
+        for c in view.containers:
+            if c.state in ("running", "created"):
+                self.live_containers[c.sandbox_id] += 1
         self.by_netns = {b: sb for sb in view.sandboxes if (b := _base(sb.netns_path))}
         self.ready_ips = {ip for sb in view.sandboxes if sb.ready for ip in (normalize_ip(i) for i in sb.ips) if ip}
         photo = min(ctx.now, ctx.desired.fetched_at.timestamp())
@@ -147,7 +151,8 @@ class _Runtime:
             sb = self.by_netns.get(ns.name)
             entries = self.ctx.cache.by_netns.get(ns.name, [])
             cid = sb.id if sb else (entries[0].container_id if len({e.container_id for e in entries}) == 1 else None)
-            out[(Kind.NETNS, ns.path)] = (cid, ns.mtime, ns.addresses)
+            # Its addresses, and those of every cache entry naming it: a live pod's address keeps it.
+            out[(Kind.NETNS, ns.path)] = (cid, ns.mtime, (*ns.addresses, *(ip for e in entries for ip in e.ips)))
         netns_cid = {ns.path: out[(Kind.NETNS, ns.path)] for ns in inv.netns}
         for link in inv.veths:
             out[(Kind.VETH, link.name)] = netns_cid.get(link.peer_netns_path or "", (None, None, ()))
@@ -234,9 +239,9 @@ class _Runtime:
                 return finding(FindingClass.RUNNING_ORPHAN, "its pod is not in the API: reported, not stopped")
             return finding(FindingClass.IN_USE if pod is not None else FindingClass.PROTECTED,
                            "READY" if pod is not None else "its pod is not in the API yet or any more (young)")
-        running = [c for c in self.view.containers if c.sandbox_id == sb.id and c.state in ("running", "created")]
+        running = self.live_containers.get(sb.id, 0)
         if running:
-            return finding(FindingClass.UNKNOWN, f"NotReady, yet {len(running)} of its containers are not exited")
+            return finding(FindingClass.UNKNOWN, f"NotReady, yet {running} of its containers are not exited")
         if young:
             return finding(FindingClass.PROTECTED, "NotReady, but younger than the photographs allow to judge")
         if pod is None:
