@@ -28,6 +28,9 @@ LEDGER_RETENTION_SECONDS = 30 * 86400.0
 # -- scan ------------------------------------------------------------------------------------------
 MIN_AGE_SECONDS = 60.0
 """Resources younger than this are protected: the creation race (reservation before pod status)."""
+ADD_SETTLE_SECONDS = 300.0
+"""A host-local reservation without a cache entry is kept at least this long: the entry is written when
+CNI ADD ends, and an ADD may run until the kubelet's runtime request timeout (2 minutes by default)."""
 COMMAND_TIMEOUT_SECONDS = 30.0
 IPTABLES_BACKEND = "auto"
 """Which iptables holds the node's rules: detected (hint chains, then rule counts), as kube-proxy does."""

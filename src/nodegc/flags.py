@@ -94,7 +94,8 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         text = action.help or ""
-        if "%(default)" in text or action.default in (None, False, [], argparse.SUPPRESS):
+        if ("%(default)" in text or "default:" in text
+                or action.default in (None, False, [], argparse.SUPPRESS)):
             return text
         if action.option_strings and action.nargs != 0:
             return f"{text} (default: %(default)s)" if text else "default: %(default)s"

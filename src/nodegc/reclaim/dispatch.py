@@ -152,7 +152,8 @@ class _HostRun:
                     from nodegc.reclaim.firewall import remove_firewall_rule
 
                     self.report(item, remove_firewall_rule(resource, container_id=item.container_id,
-                                                           roots=self.x.roots, timeout=self.x.timeout))
+                                                           roots=self.x.roots, timeout=self.x.timeout,
+                                                           backend=self.x.iptables_backend))
                 continue
             if isinstance(resource, CNICacheEntry):
                 if not dels_done:

@@ -40,7 +40,8 @@ def _holders(networks: Path, ip: str) -> list[str | None] | None:
     return found
 
 
-def remove_firewall_rule(rule: FirewallRule, *, container_id: str | None, roots: Roots, timeout: float) -> Outcome:
+def remove_firewall_rule(rule: FirewallRule, *, container_id: str | None, roots: Roots, timeout: float,
+                         backend: str = "auto") -> Outcome:
     holders = _holders(roots.cni_data_dir / "networks", rule.ip)
     if holders is None:
         return Outcome.failed(f"cannot read the reservations of {rule.ip}: the rule is kept")
@@ -48,5 +49,6 @@ def remove_firewall_rule(rule: FirewallRule, *, container_id: str | None, roots:
     if others:
         return Outcome.changed(f"{rule.ip} is now reserved by container {(others[0] or '?')[:12]}")
     target = RuleTarget(key=rule.rule, owner=None, rule=rule.rule, table=rule.table, family=rule.family)
-    outcomes = remove_targets([target], net_ns=roots.net_ns, deadline=time.monotonic() + timeout)
+    outcomes = remove_targets([target], net_ns=roots.net_ns, deadline=time.monotonic() + timeout,
+                              backend=backend)
     return outcomes.get(rule.rule, Outcome.failed("no outcome reported for it"))
