@@ -124,6 +124,15 @@ class _Runtime:
         self.ctx.findings[:] = revised
         for sb in self.view.sandboxes:
             self.ctx.add(self._sandbox(sb))
+        known = set(self.by_id) | {c.id for c in self.view.containers}
+        for left in self.view.leftovers:
+            if (left.id in self.by_netns) if left.what == "netns" else (left.id in known):
+                continue
+            state = "mounted" if left.mounted else f"pid {left.pid}" if left.pid else "not mounted"
+            self.ctx.add(Finding(FindingClass.RUNTIME_LEFTOVER, Kind.RUNTIME_LEFTOVER, left.path,
+                                 Owner(container_id=left.id if left.what != "netns" else None), OwnerState.ABSENT,
+                                 (f"{left.what} of id {short(left.id)} ({state}): the runtime lists no such"
+                                  " sandbox or container; reported, not reclaimed",)))
 
     # -- which sandbox an attachment belongs to -----------------------------------------------------
 
