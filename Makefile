@@ -9,7 +9,7 @@ APT_PACKAGES := python3-venv containernetworking-plugins iptables iproute2 util-
 ISOLATE := unshare --mount --net --propagation private -- bash -c 'ip link set lo up && exec "$$0" "$$@"'
 PYTEST_ARGS ?= -q
 
-.PHONY: all deps npm venv tools lint typecheck test unit demo bench bench-reclaim chaos clean lock fuzz
+.PHONY: all deps npm venv tools lint typecheck test unit demo bench bench-reclaim bench-steady chaos clean lock fuzz
 
 all: test
 
@@ -68,6 +68,9 @@ bench: deps venv
 
 bench-reclaim: deps venv
 	$(ISOLATE) $(PY) bench/reclaim.py
+
+bench-steady: deps venv
+	$(ISOLATE) $(PY) bench/agent_steady.py
 
 lock: venv
 	$(PY) scripts/lock.py

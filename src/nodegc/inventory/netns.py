@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 import stat
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,6 +18,8 @@ from nodegc.hostio.netlink import NetlinkError, RtnlSocket
 from nodegc.model.resources import Kind, Mount, NetnsEntry, ReadProblem
 
 NSFS = "nsfs"
+_BLANK = re.compile(r"\s")
+"""Any character str.isspace() calls blank (the same set: Unicode whitespace)."""
 
 
 class NetnsReadError(Exception):
@@ -131,7 +134,7 @@ def _odd_name(name: str) -> str | None:
         name.encode("utf-8")
     except UnicodeEncodeError:
         return "name is not valid UTF-8"
-    if not name.isprintable() or any(c.isspace() for c in name):
+    if not name.isprintable() or _BLANK.search(name):
         return "name has control or blank characters"
     return None
 
