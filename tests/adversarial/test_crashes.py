@@ -197,6 +197,17 @@ def test_a_ledger_lock_that_is_a_symlink_or_a_directory(tmp_path: Path) -> None:
         Ledger(tmp_path / "b" / "ledger.db")
 
 
+@pytest.mark.parametrize("shape", ["dir", "fifo"])
+def test_a_ledger_file_that_is_a_directory_or_a_fifo(tmp_path: Path, shape: str) -> None:
+    path = tmp_path / "ledger.db"
+    if shape == "dir":
+        path.mkdir()
+    else:
+        os.mkfifo(path)
+    with pytest.raises(LedgerError, match="not a regular file"):
+        Ledger(path)
+
+
 def test_a_state_dir_that_is_a_regular_file(tmp_path: Path) -> None:
     (tmp_path / "state").write_text("")
     with pytest.raises(LedgerError, match="state"):
