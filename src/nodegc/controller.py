@@ -31,7 +31,7 @@ from nodegc.kube.events import EventRecorder, FlushReport
 from nodegc.kube.leases import LeaderElector, LeaseConfig
 from nodegc.observe.health import HealthServer, HealthServerError
 from nodegc.observe.logs import get_logger
-from nodegc.observe.metrics import MetricsServer
+from nodegc.observe.metrics import MetricsServer, build_info
 
 log = get_logger("nodegc.controller")
 
@@ -50,6 +50,7 @@ class ControllerMetrics:
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
         r = self.registry
         self.leader = Gauge("nodegc_controller_leader", "1 while this replica holds the Lease.", registry=r)
+        self.build_info = build_info(r)
         self.passes = Counter("nodegc_controller_passes",
                               "Controller passes by result (ok, failed, not_leader).", ["result"], registry=r)
         self.pass_duration = Histogram("nodegc_controller_pass_duration_seconds", "Wall time of one pass.",
@@ -117,6 +118,7 @@ class Controller:
         metrics: ControllerMetrics | None = None,
         elector: LeaderElector | None = None,
         events: EventRecorder | None = None,
+        cache: ClusterCache | None = None,
     ) -> None:
         self.settings = settings
         self.metrics = metrics or ControllerMetrics()
@@ -126,8 +128,9 @@ class Controller:
                                    max_per_minute=settings.events_per_minute,
                                    flush_interval=settings.event_flush_interval)
         self.events = events
-        self.cache = (ClusterCache(client, RawEndpointSlice, max_age_seconds=settings.cache_max_age_seconds)
-                      if settings.cache else None)
+        if cache is None and settings.cache:
+            cache = ClusterCache(client, RawEndpointSlice, max_age_seconds=settings.cache_max_age_seconds)
+        self.cache = cache
         self.sweeper = EndpointSliceSweeper(client, is_leader=self.elector.is_leader, events=events,
                                             options=settings.sweep, cache=self.cache)
         self._last_pass_failed = False

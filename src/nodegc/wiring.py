@@ -9,7 +9,10 @@ Where a new flag goes:
 3. its setting: a field of the settings dataclass below (or of a settings class of the layer that uses it,
    e.g. EngineSettings), filled in the matching `*_from_args`; validate its range there too;
 4. its use: the builder below that makes the part that needs it (`make_source`, `make_engine_settings`,
-   `make_executor`, ...). Commands call builders; they do not construct parts themselves.
+   `make_executor`, ...). Commands call builders; they do not construct parts themselves;
+5. an `agent` flag is also a key of the agent's config file (camelCase, nodegc/config.py) with no code:
+   add that key to `agent.config` in deploy/chart/nodegc/values.schema.json (tests/deploy checks it), and a
+   line to the README's flag tables.
 """
 
 from __future__ import annotations

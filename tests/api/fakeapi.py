@@ -29,7 +29,7 @@ import socket
 import threading
 import time
 import uuid
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -224,6 +224,15 @@ def _resource(resource: str | ResourceType) -> ResourceType:
         return RESOURCES[resource]
     except KeyError:
         raise ValueError(f"the fake API does not serve {resource!r}; it serves {sorted(RESOURCES)}") from None
+
+
+def _plural_of(path: str) -> str:
+    """The resource a request path names: /api/v1/pods, /apis/g/v/namespaces/ns/leases/x -> pods, leases."""
+    parts = [p for p in path.split("/") if p]
+    rest = parts[2:] if parts[:1] == ["api"] else parts[3:]
+    if len(rest) >= 3 and rest[0] == "namespaces":
+        return rest[2]
+    return rest[0] if rest else ""
 
 
 def _is_collection_path(path: str) -> bool:
@@ -1070,6 +1079,8 @@ class FakeKubeAPI:
             (ResourceAPI if rt.namespaced else ClusterResourceAPI)(self, rt).register(self.router)
         self.requests: list[RecordedRequest] = []
         self.bytes_sent = 0
+        self.bytes_by_resource: Counter[str] = Counter()
+        """Response bytes by resource (plural), watch streams included."""
         self._lock = threading.Lock()
         self._failures: list[_FailureRule] = []
         self._delay = 0.0
@@ -1237,6 +1248,7 @@ class FakeKubeAPI:
         with self._lock:
             self.requests.clear()
             self.bytes_sent = 0
+            self.bytes_by_resource.clear()
 
     def requests_to(self, path: str) -> list[RecordedRequest]:
         with self._lock:
@@ -1302,20 +1314,22 @@ class FakeKubeAPI:
         if delay > 0:
             self._closing.wait(delay)
         if failure is not None:
-            return self._count(Reply(failure, status_object(failure, f"injected failure {failure}")))
+            return self._count(Reply(failure, status_object(failure, f"injected failure {failure}")), parts.path)
         if self.require_auth and headers.get("authorization") != f"Bearer {self.token}":
-            return self._count(Reply(401, status_object(401, "Unauthorized")))
+            return self._count(Reply(401, status_object(401, "Unauthorized")), parts.path)
         try:
             if body_error is not None:
                 raise ApiFailure(400, body_error)
             result = self.router.dispatch(Request(method, parts.path, {}, query, headers, body))
         except ApiFailure as e:
             result = Reply(e.code, status_object(e.code, e.message, reason=e.reason))
-        return self._count(result) if isinstance(result, Reply) else result
+        return self._count(result, parts.path) if isinstance(result, Reply) else result
 
-    def _count(self, reply: Reply) -> Reply:
+    def _count(self, reply: Reply, path: str) -> Reply:
+        size = len(json.dumps(reply.body))
         with self._lock:
-            self.bytes_sent += len(json.dumps(reply.body))
+            self.bytes_sent += size
+            self.bytes_by_resource[_plural_of(path)] += size
         return reply
 
     def _take_failure(self, path: str) -> int | None:
@@ -1366,6 +1380,7 @@ class FakeKubeAPI:
             sent = handler.send_event({"type": event_type, "object": obj})
             with self._lock:
                 self.bytes_sent += sent
+                self.bytes_by_resource[rt.plural] += sent
 
         def gone(message: str) -> None:
             send("ERROR", status_object(410, message, reason="Expired"))

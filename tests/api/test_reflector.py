@@ -311,12 +311,12 @@ def test_unidentifiable_pod_makes_fetch_fail(api: FakeKubeAPI, kubeconfig: Path)
         broken = pod("a2")
         del broken["metadata"]["uid"]
         api.add_pod(broken)
-        eventually(api, lambda: ref.stats()["relists_error"] >= 1)
+        eventually(api, lambda: ref.stats()["relists_error"] >= 1, timeout=20)
         with pytest.raises(SourceError, match="cannot be trusted"):
             ref.fetch()
-        eventually(api, lambda: ref.stats()["lists"] >= 3)  # relists fail while the pod is there
+        eventually(api, lambda: ref.stats()["lists"] >= 3, timeout=20)  # relists fail while the pod is there
         api.delete_pod("default", "a2")
-        eventually(api, lambda: names(ref) == ["a1"])
+        eventually(api, lambda: names(ref) == ["a1"], timeout=20)
 
 
 def test_get_pod_is_a_live_get_not_the_cache(api: FakeKubeAPI, kubeconfig: Path) -> None:

@@ -182,3 +182,21 @@ def test_constraints_pin_the_whole_runtime_closure_inside_the_declared_ranges() 
             if req.marker is None or any(req.marker.evaluate({"extra": e}) for e in {"", *extras}):
                 todo.append((req.name, frozenset(req.extras)))
     assert set(pins) == seen, f"pinned but not needed: {sorted(set(pins) - seen)}"
+
+
+def test_the_minimum_constraints_are_the_lower_bounds() -> None:
+    """constraints-min.txt (the oldest tested set) pins every declared dependency at its range's lower bound."""
+    from packaging.requirements import Requirement
+
+    pins = {}
+    for raw in (REPO / "constraints-min.txt").read_text().splitlines():
+        line = raw.split("#", 1)[0].strip()
+        if line:
+            name, _, version = line.partition("==")
+            pins[_norm(name)] = version
+    declared = [Requirement(r) for r in tomllib.loads((REPO / "pyproject.toml").read_text())["project"][
+        "dependencies"]]
+    assert set(pins) == {_norm(r.name) for r in declared}
+    for req in declared:
+        lower = [s.version for s in req.specifier if s.operator == ">="]
+        assert lower == [pins[_norm(req.name)]], f"{req.name}: lower bound {lower} vs constraints-min.txt"

@@ -44,8 +44,8 @@ AGENT_RULES = [
     {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]},
 ]
 CONTROLLER_RULES = [
-    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]},
-    {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["get", "list", "patch"]},
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+    {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["get", "list", "watch", "patch"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
 ]
 LEADER_ELECTION_RULES = [

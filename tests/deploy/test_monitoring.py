@@ -116,11 +116,29 @@ def test_kustomize_and_chart_ship_the_same_rules_and_dashboard(kubectl: str, hel
     assert json.loads(cm["data"]["nodegc.json"]) == json.loads(DASHBOARD.read_text())
     chart = list(yaml.safe_load_all(run([helm, "template", "gc", str(CHART), "--namespace", "mon",
                                          "--set", "prometheusRule.enabled=true", "--set", "fullnameOverride=gc",
-                                         "--set", "grafanaDashboard.enabled=true"])))
+                                         "--set", "grafanaDashboard.enabled=true",
+                                         "--set", "prometheusRule.runbookURL=https://wiki.example/nodegc"])))
     (crule,) = _objects(chart, "PrometheusRule")
     exprs = [r["expr"] for g in crule["spec"]["groups"] for r in g["rules"]]
     assert any('job="gc-agent-metrics"' in e for e in exprs) and any('job="gc-controller-metrics"' in e for e in exprs)
     assert not any("nodegc-agent-metrics" in e or "nodegc-controller-metrics" in e for e in exprs)
+    urls = [r["annotations"]["runbook_url"] for g in crule["spec"]["groups"] for r in g["rules"]]
+    assert all(u.startswith("https://wiki.example/nodegc#nodegc") for u in urls), urls
     (ccm,) = [o for o in _objects(chart, "ConfigMap") if "grafana_dashboard" in o["metadata"].get("labels", {})]
     assert ccm["metadata"]["labels"]["grafana_dashboard"] == "1" and ccm["metadata"]["namespace"] == "mon"
     assert json.loads(ccm["data"]["nodegc.json"]) == json.loads(DASHBOARD.read_text())
+
+
+def test_alert_job_selectors_name_the_scraped_services(kubectl: str, helm: str) -> None:
+    """A ServiceMonitor's job label is its Service's name: the alerts' job selectors must be those names."""
+    objs = list(yaml.safe_load_all(run([kubectl, "kustomize", str(DEPLOY)])))
+    objs += list(yaml.safe_load_all(run([kubectl, "kustomize", str(MONITORING)])))
+    services = {o["metadata"]["name"]: o for o in _objects(objs, "Service")}
+    monitored = set()
+    for sm in _objects(objs, "ServiceMonitor"):
+        wanted = sm["spec"]["selector"]["matchLabels"].items()
+        monitored |= {name for name, svc in services.items() if wanted <= svc["metadata"]["labels"].items()}
+    exprs = " ".join(r["expr"] for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"])
+    jobs = set(re.findall(r'job="([^"]+)"', exprs))
+    assert jobs == {GEN["AGENT_JOB"], GEN["CONTROLLER_JOB"]}
+    assert jobs <= monitored, f"alerts select jobs {jobs}, ServiceMonitors scrape {monitored}"

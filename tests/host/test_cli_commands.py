@@ -204,3 +204,55 @@ def test_without_root_the_commands_that_need_it_say_so(argv: list[str]) -> None:
     history = subprocess.run([*nobody, "history", "--state-dir", "/nonexistent"], capture_output=True, text=True,
                              timeout=120, check=False, cwd="/")
     assert "needs root" not in history.stderr and "no ledger at" in history.stderr
+
+
+def test_sigint_exit_codes_match_the_readme(sandbox_node: SandboxNode, tmp_path: Path) -> None:
+    """One-shot commands exit 130 on Ctrl-C; the agent finishes its cycle and exits 0 (README table)."""
+    import signal
+
+    waiting = subprocess.Popen([sys.executable, "-m", "nodegc", "scan", "--pods-from", "-", *roots(sandbox_node)],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(1.5)  # blocked reading stdin
+    waiting.send_signal(signal.SIGINT)
+    _, err = waiting.communicate(timeout=60)
+    assert waiting.returncode == 130, err
+    assert err.strip() == "nodegc: interrupted"
+    snapshot = sandbox_node.write_snapshot(sandbox_node.root / "pods.json")
+    agent = subprocess.Popen([sys.executable, "-m", "nodegc", "agent", "--pods-from", str(snapshot),
+                              *roots(sandbox_node), "--state-dir", str(tmp_path / "state"), "--interval", "0.2",
+                              "--metrics-address", ""], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        time.sleep(2)
+        agent.send_signal(signal.SIGINT)
+        assert agent.wait(timeout=60) == 0
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+            agent.wait()
+
+
+def test_no_kubeconfig_is_one_error_with_a_hint(sandbox_node: SandboxNode, tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST")}
+    env["HOME"] = str(tmp_path)  # no ~/.kube/config
+    out = nodegc("scan", *roots(sandbox_node), env=env)
+    assert out.returncode == 4
+    lines = out.stderr.splitlines()
+    assert len(lines) == 2 and lines[0].startswith("nodegc: cannot read the pods bound to this node")
+    assert lines[1].startswith("hint:") and "--kubeconfig" in lines[1] and "--pods-from" in lines[1]
+
+
+def test_history_and_explain_documents(sandbox_node: SandboxNode, tmp_path: Path) -> None:
+    snapshot = leaky_node(sandbox_node)
+    state = tmp_path / "state"
+    done = nodegc("clean", "--apply", "--pods-from", str(snapshot), *roots(sandbox_node), "--min-age", "0",
+                  "--state-dir", str(state), "-o", "yaml")
+    assert done.returncode == EXIT_CLEAN, done.stderr
+    cleaned = yaml.safe_load(done.stdout)
+    assert (cleaned["kind"], cleaned["applied"]) == ("CleanReport", True) and cleaned["results"]
+    history = yaml.safe_load(nodegc("history", "--state-dir", str(state), "--since", "1h30m", "-o", "yaml").stdout)
+    assert (history["apiVersion"], history["kind"]) == ("nodegc.io/v1alpha1", "History") and history["items"]
+    item = history["items"][0]["item"]
+    explained = nodegc("explain", item, "--state-dir", str(state), "-o", "json")
+    doc = json.loads(explained.stdout)
+    assert (doc["kind"], doc["item"], doc["phase"]) == ("Explanation", item, "closed")
+    assert [h["to"] for h in doc["history"]][-1] == "closed"

@@ -230,6 +230,9 @@ def test_dashboard_queries_and_alert_expressions_on_a_real_prometheus(  # noqa: 
         assert {rule["name"] for rule in rules} == {a.name for a in GEN["ALERTS"]}
         assert all(rule["health"] == "ok" for rule in rules), [(x["name"], x.get("lastError")) for x in rules]
 
+        # Both processes say what they are: the dashboard's variables come from nodegc_build_info.
+        jobs = {x["metric"]["job"] for x in prom.query("nodegc_build_info")}
+        assert jobs == {GEN["AGENT_JOB"], GEN["CONTROLLER_JOB"]}
         # The residue is there and labelled as the dashboard expects.
         kinds = {s["metric"]["kind"] for s in prom.query(f'nodegc_items{{node="{node.node_name}"}} > 0')}
         assert {"volume_mount", "pod_dir"} <= kinds

@@ -12,6 +12,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from nodegc.sandbox.containerd import SandboxContainerd, SandboxSpec, new_spec, pod_record, write_pods
 from nodegc.sandbox.node import NETWORK_NAME, SandboxNode
@@ -24,7 +25,7 @@ def _nodegc(node: SandboxNode, rt: SandboxContainerd, snap: Path, *argv: str) ->
     roots = ["--kubelet-root", str(r.kubelet_root), "--cni-data-dir", str(r.cni_data_dir), "--netns-dir",
              str(r.netns_dir), "--net-ns", str(r.net_ns), "--cni-bin-dir", "/usr/lib/cni",
              "--cni-conf-dir", str(r.cni_conf_dir), "--pods-from", str(snap), "--node", node.node_name,
-             "--runtime-endpoint", rt.endpoint, "--min-age", "0"]
+             "--runtime-endpoint", rt.endpoint, "--min-age", "0", "--pod-log-dir", str(rt.log_root)]
     return subprocess.run([sys.executable, "-m", "nodegc", *argv, *roots], capture_output=True, text=True,
                           timeout=300, check=False)
 
@@ -46,6 +47,29 @@ def _ip(rt: SandboxContainerd, sid: str) -> str:
     return st[1][0]
 
 
+def _check_scan(scan: subprocess.CompletedProcess[str], *, old_ips: dict[str, str], new: dict[str, str],
+                new_state: dict[str, Any], gone_sid: str, orphan_sid: str) -> None:
+    assert scan.returncode in (0, 3), scan.stderr
+    doc = json.loads(scan.stdout)
+    assert doc["runtime"]["name"] == "containerd" and doc["runtime"]["reachable"]
+    by = {(f["kind"], f["id"]): f for f in doc["findings"]}
+    for name in ("web", "db"):
+        ip_finding = by[("ip_reservation", f"{NETWORK_NAME}/{old_ips[name]}")]
+        assert ip_finding["class"] == "leaked_ip", ip_finding
+        new_ip = by[("ip_reservation", f"{NETWORK_NAME}/{new_state[name][1][0]}")]
+        assert new_ip["class"] in ("in_use", "protected"), new_ip
+        assert by[("sandbox", new[name])]["class"] == "in_use"
+    assert by[("sandbox", gone_sid)]["class"] == "orphaned_sandbox"
+    assert by[("sandbox", orphan_sid)]["class"] == "running_orphan"
+    # Nothing of a READY sandbox or of a pod in the API is residue.
+    ready = set(new.values()) | {orphan_sid}
+    for f in doc["findings"]:
+        if f["class"] in ("in_use", "protected", "unknown", "conflict", "running_orphan"):
+            continue
+        assert f["owner"]["container_id"] not in ready, f
+
+
+
 def test_reboot_orphans_and_id_only_files(containerd_node: Runtime, tmp_path: Path) -> None:
     node, rt = containerd_node
     web, db = new_spec("web"), new_spec("db")
@@ -63,6 +87,10 @@ def test_reboot_orphans_and_id_only_files(containerd_node: Runtime, tmp_path: Pa
     gone_sid = rt.run_sandbox(gone)
     rt.stop_sandbox(gone_sid)
     rt.forget_pod(gone)
+    outside = tmp_path / "outside.txt"
+    outside.write_text("not nodegc's")
+    gone_logs = rt.log_root / gone.log_dir_name
+    (gone_logs / "planted").symlink_to(outside)  # what a container could leave in its log directory
     # A pod deleted from the API while nothing tore its READY sandbox down.
     orphan = new_spec("orphan")
     orphan_sid = rt.run_sandbox(orphan)
@@ -73,25 +101,8 @@ def test_reboot_orphans_and_id_only_files(containerd_node: Runtime, tmp_path: Pa
 
     snap = write_pods(tmp_path / "pods.json",
                       [pod_record(node, s, new_state[s.name][1][0]) for s in (web, db)])  # type: ignore[index]
-    scan = _nodegc(node, rt, snap, "scan", "-o", "json")
-    assert scan.returncode in (0, 3), scan.stderr
-    doc = json.loads(scan.stdout)
-    assert doc["runtime"]["name"] == "containerd" and doc["runtime"]["reachable"]
-    by = {(f["kind"], f["id"]): f for f in doc["findings"]}
-    for name in ("web", "db"):
-        ip_finding = by[("ip_reservation", f"{NETWORK_NAME}/{old_ips[name]}")]
-        assert ip_finding["class"] == "leaked_ip", ip_finding
-        new_ip = by[("ip_reservation", f"{NETWORK_NAME}/{new_state[name][1][0]}")]  # type: ignore[index]
-        assert new_ip["class"] in ("in_use", "protected"), new_ip
-        assert by[("sandbox", new[name])]["class"] == "in_use"
-    assert by[("sandbox", gone_sid)]["class"] == "orphaned_sandbox"
-    assert by[("sandbox", orphan_sid)]["class"] == "running_orphan"
-    # Nothing of a READY sandbox or of a pod in the API is residue.
-    ready = set(new.values()) | {orphan_sid}
-    for f in doc["findings"]:
-        if f["class"] in ("in_use", "protected", "unknown", "conflict", "running_orphan"):
-            continue
-        assert f["owner"]["container_id"] not in ready, f
+    _check_scan(_nodegc(node, rt, snap, "scan", "-o", "json"), old_ips=old_ips, new=new, new_state=new_state,
+                gone_sid=gone_sid, orphan_sid=orphan_sid)
 
     clean = _nodegc(node, rt, snap, "clean", "--apply", "--state-dir", str(tmp_path / "state"), "-o", "json")
     assert clean.returncode in (0, 3), clean.stderr[-3000:]
@@ -111,6 +122,13 @@ def test_reboot_orphans_and_id_only_files(containerd_node: Runtime, tmp_path: Pa
     for name in ("web", "db"):
         assert old[name] not in nat
         assert new[name] in nat
+    # The gone pod's log directory: kept while the runtime held its sandbox, reclaimed once it is gone,
+    # without following the symlink a container planted in it.
+    again = _nodegc(node, rt, snap, "clean", "--apply", "--state-dir", str(tmp_path / "state"), "-o", "json")
+    assert again.returncode in (0, 3), again.stderr[-3000:]
+    assert not gone_logs.exists() and outside.read_text() == "not nodegc's", again.stdout[-4000:]
+    for spec in (web, db, orphan):
+        assert (rt.log_root / spec.log_dir_name).is_dir()
 
 
 def test_running_orphan_reported_then_stopped_only_on_opt_in(containerd_node: Runtime, tmp_path: Path) -> None:
@@ -144,3 +162,55 @@ def test_running_orphan_reported_then_stopped_only_on_opt_in(containerd_node: Ru
     assert [(f.id, stopped) for f, stopped, _ in report.stopped_orphans] == [(orphan_sid, True)]
     assert _status(rt, orphan_sid)[0] is False  # type: ignore[index]
     assert _status(rt, live_sid)[0] is True  # type: ignore[index]
+
+
+def test_firewall_rules_of_dead_attachments(sandbox_node: SandboxNode, tmp_path: Path) -> None:
+    from nodegc.sandbox.containerd import containerd_available
+
+    missing = containerd_available()
+    if missing:
+        import os
+
+        import pytest
+
+        if os.environ.get("CI") == "true":
+            pytest.fail(missing)
+        pytest.skip(missing)
+    node = sandbox_node
+    rt = SandboxContainerd(node, firewall=True)
+    try:
+        rt.start()
+        web, db = new_spec("web"), new_spec("db")
+        old = {s.name: rt.run_sandbox(s) for s in (web, db)}
+        old_ips = {name: _ip(rt, sid) for name, sid in old.items()}
+        rt.kill_everything()
+        rt.wipe_state(metadata=True)
+        rt.start()
+        new = {s.name: rt.run_sandbox(SandboxSpec(s.name, s.namespace, s.uid, attempt=1)) for s in (web, db)}
+        new_ips = {name: _ip(rt, sid) for name, sid in new.items()}
+        # db's old attachment already lost its reservation and cache entry: only its firewall rules are left.
+        (node.ipam_dir / NETWORK_NAME / old_ips["db"]).unlink()
+        for entry in (node.cni_data_dir / "results").glob(f"*{old['db']}*"):
+            entry.unlink()
+        snap = write_pods(tmp_path / "pods.json", [pod_record(node, s, new_ips[s.name]) for s in (web, db)])
+        rules = node.node_exec("iptables-save", "-t", "filter")
+        assert all(f"-s {ip}/32 -j ACCEPT" in rules for ip in [*old_ips.values(), *new_ips.values()])
+        scan = _nodegc(node, rt, snap, "scan", "-o", "json")
+        doc = json.loads(scan.stdout)
+        fw = {f["id"]: f["class"] for f in doc["findings"] if f["kind"] == "firewall_rule"}
+        for ip in old_ips.values():
+            assert fw[f"filter/CNI-FORWARD/-s {ip}"] == "leaked_firewall_rule", fw
+        for ip in new_ips.values():
+            assert fw[f"filter/CNI-FORWARD/-s {ip}"] == "in_use", fw
+        clean = _nodegc(node, rt, snap, "clean", "--apply", "--state-dir", str(tmp_path / "state"), "-o", "json")
+        assert clean.returncode in (0, 3), clean.stderr[-3000:]
+        rules = node.node_exec("iptables-save", "-t", "filter")
+        for ip in old_ips.values():
+            assert f" {ip}/32 " not in rules
+        for ip in new_ips.values():
+            assert f"-A CNI-FORWARD -s {ip}/32 -j ACCEPT" in rules
+            assert f"-A CNI-FORWARD -d {ip}/32 -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT" in rules
+        for name, sid in new.items():
+            assert _status(rt, sid) == (True, (new_ips[name],), _status(rt, sid)[2])  # type: ignore[index]
+    finally:
+        rt.close()

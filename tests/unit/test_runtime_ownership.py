@@ -8,7 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nodegc.model.findings import Finding, FindingClass
-from nodegc.model.resources import Inventory, IptablesChain, Kind
+from nodegc.model.ipranges import AddressRange, HostLocalRange
+from nodegc.model.resources import FirewallRule, Inventory, IptablesChain, Kind
 from nodegc.model.runtime import RuntimeContainer, RuntimeSandbox, RuntimeView
 from nodegc.planning.correlate import correlate
 from nodegc.planning.runtime import runtime_unusable
@@ -172,3 +173,50 @@ def test_nothing_of_a_ready_sandbox_is_ever_residue(
     for f in correlate(inv, desired(*pods), now=NOW):
         if f.cls.is_residue:
             assert f.owner.container_id not in ready and f.id not in ready, f
+
+
+def _fw(ip: str, direction: str = "s") -> FirewallRule:
+    text = (f"-A CNI-FORWARD -s {ip}/32 -j ACCEPT" if direction == "s" else
+            f"-A CNI-FORWARD -d {ip}/32 -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT")
+    return FirewallRule(table="filter", chain="CNI-FORWARD", rule=text, ip=ip, family=0)
+
+
+def test_firewall_rules_follow_the_address() -> None:
+    ranges = (HostLocalRange(network=NET, ranges=(AddressRange("10.0.0.0/24", "10.0.0.2", "10.0.0.254",
+                                                               "10.0.0.1", 253),), source="conf"),)
+    inv = Inventory(
+        taken_at=NOW,
+        ip_reservations=(reservation("10.0.0.2", "old"), reservation("10.0.0.3", "new")),
+        cni_cache=(cache("old", uid="gone", ip="10.0.0.2"), cache("new", uid="u1", ip="10.0.0.3")),
+        firewall_rules=(_fw("10.0.0.2"), _fw("10.0.0.3"), _fw("10.0.0.9"), _fw("10.0.0.7"), _fw("192.168.9.9")),
+        ip_ranges=ranges,
+    )
+    # 10.0.0.7 has no reservation but a live pod claims it (the address was reused): never taken.
+    out = run(inv, pod("web", "u1", ip="10.0.0.3"), pod("reuse", "u2", ip="10.0.0.7"))
+
+    def cls(ip: str) -> FindingClass:
+        return out[(Kind.FIREWALL_RULE, f"filter/CNI-FORWARD/-s {ip}")].cls
+    assert cls("10.0.0.2") is FindingClass.LEAKED_FIREWALL_RULE  # follows its dead reservation
+    assert cls("10.0.0.3") is FindingClass.IN_USE
+    assert cls("10.0.0.9") is FindingClass.LEAKED_FIREWALL_RULE  # no reservation, in a known range
+    assert cls("10.0.0.7") is FindingClass.IN_USE
+    assert cls("192.168.9.9") is FindingClass.UNKNOWN  # no range nodegc knows holds it
+
+
+def test_firewall_parse_takes_only_the_plugins_two_shapes() -> None:
+    from nodegc.inventory.iptables import firewall_rules_of
+
+    text = "\n".join([
+        "*filter",
+        "-A CNI-FORWARD -m comment --comment \"CNI firewall plugin admin overrides\" -j CNI-ADMIN",
+        "-A CNI-FORWARD -d 10.0.0.2/32 -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT",
+        "-A CNI-FORWARD -s 10.0.0.2/32 -j ACCEPT",
+        "-A CNI-FORWARD -s 10.0.0.0/24 -j ACCEPT",
+        "-A CNI-FORWARD -d 10.0.0.5/32 -j ACCEPT",
+        "-A CNI-FORWARD -s fd00::5/128 -j ACCEPT",
+        "COMMIT",
+        "*nat",
+        "-A CNI-FORWARD -s 10.0.0.3/32 -j ACCEPT",
+        "COMMIT",
+    ])
+    assert [(r.ip, r.family) for r in firewall_rules_of(text)] == [("10.0.0.2", 0), ("10.0.0.2", 0), ("fd00::5", 1)]

@@ -387,8 +387,8 @@ class Engine:
             return f"a pod named {item.owner_namespace}/{item.owner_name} exists and no UID tells it apart"
         if item.owner_uid not in (pod.uid, pod.static_uid):
             return None  # a newer incarnation under the same name: not the owner
-        if item.kind is Kind.POD_DIR:
-            return "the owner pod still exists; the kubelet keeps its directory"
+        if item.kind in (Kind.POD_DIR, Kind.POD_LOG_DIR):
+            return "the owner pod still exists; the kubelet keeps its directories"
         if pod.state is not OwnerState.TERMINAL:
             return f"the owner pod is {pod.state.value}"
         return None
@@ -485,6 +485,7 @@ _CLOCK_TOLERANCE = 5.0
 # CNI DEL first (Debian's bridge plugin fails DEL when its chain is already gone), then what DEL left:
 # rules, the veth, the netns, and the IP last, once nothing can still carry it.
 _KIND_ORDER = {kind: i for i, kind in enumerate((
-    Kind.SANDBOX, Kind.CNI_CACHE, Kind.HOSTPORT_RULE, Kind.IPTABLES_CHAIN, Kind.VETH, Kind.NETNS, Kind.IP_RESERVATION,
-    Kind.VOLUME_MOUNT, Kind.POD_DIR, Kind.RUNTIME_LEFTOVER, Kind.POD_LOG_DIR, Kind.FIREWALL_RULE,
+    Kind.SANDBOX, Kind.CNI_CACHE, Kind.HOSTPORT_RULE, Kind.IPTABLES_CHAIN, Kind.FIREWALL_RULE, Kind.VETH, Kind.NETNS,
+    Kind.IP_RESERVATION,
+    Kind.VOLUME_MOUNT, Kind.POD_DIR, Kind.RUNTIME_LEFTOVER, Kind.POD_LOG_DIR,
 ))}

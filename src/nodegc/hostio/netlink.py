@@ -15,6 +15,7 @@ from __future__ import annotations
 import errno
 import itertools
 import os
+import secrets
 import socket
 import struct
 import threading
@@ -31,6 +32,7 @@ NLMSG_DONE = 3
 RTM_NEWLINK = 16
 RTM_DELLINK = 17
 RTM_GETLINK = 18
+RTM_SETLINK = 19
 RTM_NEWADDR = 20
 RTM_GETADDR = 22
 RTM_NEWNSID = 88
@@ -46,6 +48,7 @@ IFLA_IFNAME = 3
 IFLA_LINK = 5
 IFLA_MASTER = 10
 IFLA_LINKINFO = 18
+IFLA_GROUP = 27
 IFLA_EXT_MASK = 29
 IFLA_LINK_NETNSID = 37
 IFLA_INFO_KIND = 1
@@ -65,7 +68,8 @@ _U32 = struct.Struct("=I")
 _I32 = struct.Struct("=i")
 _RECV_BUF = 1 << 16
 """The kernel fills a dump datagram up to 32 KiB; anything longer than the buffer is reported, not cut."""
-_LINK_ATTRS = frozenset((IFLA_ADDRESS, IFLA_IFNAME, IFLA_LINK, IFLA_MASTER, IFLA_LINKINFO, IFLA_LINK_NETNSID))
+_LINK_ATTRS = frozenset((IFLA_ADDRESS, IFLA_IFNAME, IFLA_LINK, IFLA_MASTER, IFLA_LINKINFO, IFLA_LINK_NETNSID,
+                         IFLA_GROUP))
 _NSID_BATCH = 64
 """Requests per send: their replies (one small datagram each) must fit the default receive buffer."""
 _DELETE_BATCH = 64
@@ -102,6 +106,7 @@ class RawLink:
     link: int | None
     link_netnsid: int | None
     kind: str | None
+    group: int | None = None
 
 
 class RtnlSocket:
@@ -187,12 +192,31 @@ class RtnlSocket:
             out += self._delete_batch(indexes[start : start + _DELETE_BATCH])
         return out
 
+    def set_groups(self, pairs: Sequence[tuple[int, int]]) -> list[NetlinkError | None]:
+        """Put each link (index, group) into a device group; None where acknowledged."""
+        out: list[NetlinkError | None] = []
+        for start in range(0, len(pairs), _DELETE_BATCH):
+            chunk = pairs[start : start + _DELETE_BATCH]
+            bodies = [_IFINFOMSG.pack(socket.AF_UNSPEC, 0, index, 0, 0) + _nla(IFLA_GROUP, _U32.pack(group))
+                      for index, group in chunk]
+            out += self._acked(RTM_SETLINK, bodies, [f"set group of link {index}" for index, _ in chunk])
+        return out
+
+    def delete_group(self, group: int) -> NetlinkError | None:
+        """Delete every link of the device group at once: the kernel unregisters them together, paying its
+        synchronisation once instead of once per link. None when acknowledged."""
+        body = _IFINFOMSG.pack(socket.AF_UNSPEC, 0, 0, 0, 0) + _nla(IFLA_GROUP, _U32.pack(group))
+        return self._acked(RTM_DELLINK, [body], [f"delete link group {group}"])[0]
+
     def _delete_batch(self, indexes: Sequence[int]) -> list[NetlinkError | None]:
-        seqs = [next(self._seq) for _ in indexes]
-        requests = (
-            _message(RTM_DELLINK, NLM_F_REQUEST | NLM_F_ACK, seq, _IFINFOMSG.pack(socket.AF_UNSPEC, 0, index, 0, 0))
-            for seq, index in zip(seqs, indexes, strict=True)
-        )
+        bodies = [_IFINFOMSG.pack(socket.AF_UNSPEC, 0, index, 0, 0) for index in indexes]
+        return self._acked(RTM_DELLINK, bodies, [f"delete link {index}" for index in indexes])
+
+    def _acked(self, request: int, bodies: Sequence[bytes], what: Sequence[str]) -> list[NetlinkError | None]:
+        """Send one request per body in one datagram, each acknowledged on its own."""
+        seqs = [next(self._seq) for _ in bodies]
+        flags = NLM_F_REQUEST | NLM_F_ACK
+        requests = (_message(request, flags, seq, body) for seq, body in zip(seqs, bodies, strict=True))
         self._send(b"".join(requests))
         first = seqs[0]
         answers: dict[int, NetlinkError | None] = {}
@@ -204,7 +228,7 @@ class RtnlSocket:
                 if not 0 <= slot < len(seqs) or mseq in answers or mtype != NLMSG_ERROR:
                     continue
                 try:
-                    _raise_if_error(buf, start, end, f"delete link {indexes[slot]}")
+                    _raise_if_error(buf, start, end, what[slot])
                 except NetlinkError as e:
                     answers[mseq] = e
                 else:
@@ -425,6 +449,7 @@ def _parse_link(buf: bytearray, start: int, end: int) -> RawLink:
         master=_u32(buf, *found[IFLA_MASTER]) if IFLA_MASTER in found else None,
         link=_u32(buf, *found[IFLA_LINK]) if IFLA_LINK in found else None,
         link_netnsid=_i32(buf, *found[IFLA_LINK_NETNSID]) if IFLA_LINK_NETNSID in found else None,
+        group=_u32(buf, *found[IFLA_GROUP]) if IFLA_GROUP in found else None,
         kind=kind,
     )
 
@@ -471,3 +496,40 @@ def _zstring(buf: bytearray, a: int, b: int) -> str | None:
         return bytes(buf[a:b]).strip(b"\0").decode("utf-8")
     except UnicodeDecodeError:
         return None
+
+
+_GROUP_BASE = 0x4E470000
+"""Device groups nodegc marks links with right before deleting them together ("NG" and 16 random bits)."""
+
+
+def delete_together(rtnl: RtnlSocket, links: Sequence[RawLink]) -> list[NetlinkError | None]:
+    """Delete these links (as the caller's dump showed them and the caller checked them) in one kernel batch.
+
+    The kernel pays a synchronisation per unregistered batch of devices, a good part of a second for a few
+    hundred deleted one by one. So the links are put into a device group no link uses, a fresh dump must
+    show exactly them in it with the same name, kind and MAC (an index reused in between is caught here),
+    and the group is deleted in one request. Any surprise puts the groups back and deletes nothing: the
+    caller reports the failure and the next cycle tries again. None per link where it is gone afterwards.
+    """
+    if len(links) < 2:
+        return rtnl.delete_links([link.index for link in links])
+    before, _ = rtnl.dump_links()
+    used = {link.group for link in before}
+    group = next(g for g in (_GROUP_BASE | secrets.randbelow(0x10000) for _ in range(64)) if g not in used)
+    original = {link.index: link.group or 0 for link in before}
+    marks = rtnl.set_groups([(link.index, group) for link in links])
+    out: list[NetlinkError | None] = list(marks)
+    wanted = {link.index: link for link, mark in zip(links, marks, strict=True) if mark is None}
+    members, _ = rtnl.dump_links()
+    marked = [link for link in members if link.group == group]
+    odd = [link for link in marked if (w := wanted.get(link.index)) is None
+           or (link.name, link.kind, link.mac) != (w.name, w.kind, w.mac)]
+    failure: NetlinkError | None = None
+    if odd:
+        failure = NetlinkError(f"links changed while they were deleted: {[link.name for link in odd][:3]}")
+    elif marked:
+        failure = rtnl.delete_group(group)
+    if failure is not None:
+        rtnl.set_groups([(link.index, original.get(link.index, 0)) for link in marked])
+        return [failure if mark is None else mark for mark in out]
+    return out  # a link marked and gone before the group delete (its namespace died) is gone all the same

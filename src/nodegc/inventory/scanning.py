@@ -16,18 +16,28 @@ from nodegc.inventory.cni_cache import scan_cni_cache
 from nodegc.inventory.cni_conf import scan_ranges
 from nodegc.inventory.cni_ipam import scan_ip_reservations
 from nodegc.inventory.cri.runtimes import read_runtime
-from nodegc.inventory.iptables import scan_iptables
+from nodegc.inventory.iptables import scan_iptables_all
 from nodegc.inventory.links import scan_veths
 from nodegc.inventory.netns import NetnsReadError, read_netns_addresses, scan_netns
 from nodegc.inventory.pod_dirs import scan_pod_dirs
 from nodegc.inventory.pod_logs import scan_pod_log_dirs
 from nodegc.inventory.static_pods import scan_static_pods
-from nodegc.model.resources import HostportRule, Inventory, IptablesChain, Kind, NetnsEntry, ReadProblem
+from nodegc.model.resources import (
+    FirewallRule,
+    HostportRule,
+    Inventory,
+    IptablesChain,
+    Kind,
+    NetnsEntry,
+    ReadProblem,
+)
 from nodegc.observe.logs import get_logger
 from nodegc.settings import Roots, ScanOptions
 
 log = get_logger(__name__)
-_Rules = tuple[tuple[IptablesChain, ...], tuple[HostportRule, ...], tuple[ReadProblem, ...]]
+_Rules = tuple[
+    tuple[IptablesChain, ...], tuple[HostportRule, ...], tuple[FirewallRule, ...], tuple[ReadProblem, ...]
+]
 
 
 def scan_node(
@@ -45,7 +55,7 @@ def scan_node(
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="scan") as pool:
         saves = iptables_commands(options.iptables_backend, net_ns=roots.net_ns,
                                   timeout=options.command_timeout).save
-        rules_read = pool.submit(scan_iptables, net_ns=roots.net_ns, commands=saves,
+        rules_read = pool.submit(scan_iptables_all, net_ns=roots.net_ns, commands=saves,
                                  timeout=options.command_timeout)
         runtime_read = pool.submit(read_runtime, options)
         inventory = _read_host(roots, taken_at, rules_read)
@@ -91,7 +101,7 @@ def _read_host(roots: Roots, taken_at: datetime, rules_read: Future[_Rules]) -> 
     problems += found
     pod_logs, found = scan_pod_log_dirs(roots.pod_log_dir)
     problems += found
-    chains, rules, found = rules_read.result()
+    chains, rules, firewall, found = rules_read.result()
     problems += found
     ranges, range_problems = scan_ranges(roots.cni_conf_dir, cache, networks_dir=roots.cni_data_dir / "networks")
 
@@ -105,6 +115,7 @@ def _read_host(roots: Roots, taken_at: datetime, rules_read: Future[_Rules]) -> 
         veths=veths,
         chains=chains,
         hostport_rules=rules,
+        firewall_rules=firewall,
         static_pods=static_pods,
         pod_logs=pod_logs,
         problems=tuple(problems),

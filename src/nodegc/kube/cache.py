@@ -33,6 +33,10 @@ from nodegc.model.pods import Pod
 from nodegc.planning.endpoints import PodIndex
 
 DEFAULT_MAX_AGE_SECONDS = 120.0
+RESYNC_SECONDS = 1800.0
+"""A full relist of each cache every 30 min (jittered): at 5,000 nodes one relist of every pod is ~0.4 GB,
+so the agent's 5 minutes would cost the API server ~4.6 GB an hour. A missed event cannot make the
+controller remove a live endpoint (each removal is confirmed by a live GET), only delay a removal."""
 
 
 @dataclass(frozen=True)
@@ -94,9 +98,11 @@ class ClusterCache:
         max_age_seconds: float = DEFAULT_MAX_AGE_SECONDS,
         clock: Callable[[], datetime] = utcnow,
         rng: random.Random | None = None,
+        resync_seconds: float = RESYNC_SECONDS,
         **reflector_options: Any,
     ) -> None:
         self.max_age_seconds = max_age_seconds
+        reflector_options["resync_seconds"] = resync_seconds
         self._clock = clock
         self.slices: Reflector[SliceEntry] = Reflector(
             slice_resource, what="endpointslices", noun="endpointslice", parse=parse_slice_entry,

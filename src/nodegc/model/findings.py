@@ -21,6 +21,8 @@ class FindingClass(StrEnum):
     LEAKED_CHAIN = "leaked_chain"
     LEAKED_HOSTPORT_RULE = "leaked_hostport_rule"
     ORPHANED_SANDBOX = "orphaned_sandbox"
+    ORPHANED_POD_LOG_DIR = "orphaned_pod_log_dir"
+    LEAKED_FIREWALL_RULE = "leaked_firewall_rule"
     RUNNING_ORPHAN = "running_orphan"
     """A READY sandbox of a pod gone from the API: reported (Event, metric), never stopped by default."""
     CONFLICT = "conflict"

@@ -207,6 +207,19 @@ class PodLogDir:
 
 
 @dataclass(frozen=True)
+class FirewallRule:
+    """One of the firewall plugin's per-address rules in CNI-FORWARD (`-d ip/32 ... RELATED,ESTABLISHED -j
+    ACCEPT` or `-s ip/32 -j ACCEPT`). They carry no container id: the address ties them to an attachment."""
+
+    table: str
+    chain: str
+    rule: str
+    ip: str
+    family: int
+    """0 for IPv4 (iptables), 1 for IPv6 (ip6tables)."""
+
+
+@dataclass(frozen=True)
 class Inventory:
     """Everything the readers saw in one scan, plus what they could not read."""
 
@@ -227,4 +240,5 @@ class Inventory:
     ip_range_problems: tuple[str, ...] = ()
     """Configuration that could not be read for ranges ("<path>: <reason>"); no resource kind is affected."""
     runtime: RuntimeView | None = None
+    firewall_rules: tuple[FirewallRule, ...] = ()
     """What the container runtime said; None when no runtime is configured or its socket is absent."""

@@ -49,6 +49,14 @@ class MetricsServer:
         self.thread.join(timeout=5)
 
 
+def build_info(registry: CollectorRegistry) -> Gauge:
+    """`nodegc_build_info{version, python}` = 1, in every nodegc process that serves metrics."""
+    gauge = Gauge("nodegc_build_info", "nodegc version and Python version; always 1.", ["version", "python"],
+                  registry=registry)
+    gauge.labels(__version__, platform.python_version()).set(1)
+    return gauge
+
+
 class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
@@ -85,9 +93,7 @@ class Metrics:
             "Resources kept at the last scan because they are younger than the minimum age or may belong to a "
             "pod still starting (not a refusal: the creation race), by kind.", ["kind"], registry=r,
         )
-        self.build_info = Gauge("nodegc_build_info", "nodegc version and Python version; always 1.",
-                                ["version", "python"], registry=r)
-        self.build_info.labels(__version__, platform.python_version()).set(1)
+        self.build_info = build_info(r)
         self.last_success = Gauge(
             "nodegc_last_successful_cycle_timestamp_seconds",
             "Unix time of the last cycle that ran to the end without a refusal (stale or unavailable desired "
@@ -188,6 +194,9 @@ class Metrics:
                 current.add(key)
                 if u.capacity is not None:
                     self.range_capacity.labels(*key).set(u.capacity)
+                else:
+                    with contextlib.suppress(KeyError):
+                        self.range_capacity.remove(*key)  # no configuration describes it any more
                 self.range_reserved.labels(*key).set(u.reserved)
                 self.range_live.labels(*key).set(u.live)
                 self.range_leaked.labels(*key).set(u.leaked)

@@ -14,9 +14,10 @@ from nodegc.model.findings import Finding
 from nodegc.model.pods import DesiredState
 from nodegc.model.resources import Inventory
 from nodegc.planning.context import Context, CorrelationPolicy
+from nodegc.planning.firewall import correlate_firewall
 from nodegc.planning.kubelet import correlate_kubelet
 from nodegc.planning.network import correlate_network, stand_or_fall_together
-from nodegc.planning.runtime import correlate_runtime
+from nodegc.planning.runtime import correlate_pod_logs, correlate_runtime
 
 __all__ = ["CorrelationPolicy", "correlate"]
 
@@ -32,5 +33,7 @@ def correlate(
     correlate_kubelet(ctx)
     correlate_network(ctx)
     correlate_runtime(ctx)
+    correlate_pod_logs(ctx)
+    correlate_firewall(ctx)
     stand_or_fall_together(ctx)
     return tuple(ctx.findings)

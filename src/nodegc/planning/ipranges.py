@@ -15,6 +15,7 @@ against is Prometheus' predict_linear on the reserved count (least squares over 
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import math
 import statistics
@@ -54,9 +55,9 @@ def _bounds(r: HostLocalRange) -> list[_Bounds]:
 def range_usage(inventory: Inventory, findings: Iterable[Finding]) -> tuple[RangeUsage, ...]:
     """Every known range set, and every network's reservations outside them, with who holds what."""
     cls_by_id = {f.id: f.cls for f in findings if f.kind is Kind.IP_RESERVATION}
-    by_network: dict[str, list[tuple[HostLocalRange, list[_Bounds]]]] = {}
+    by_network: dict[str, list[tuple[str, list[_Bounds]]]] = {}
     for r in inventory.ip_ranges:
-        by_network.setdefault(r.network, []).append((r, _bounds(r)))
+        by_network.setdefault(r.network, []).append((r.label, _bounds(r)))
     reserved: dict[tuple[str, str], set[str]] = {(r.network, r.label): set() for r in inventory.ip_ranges}
     live: dict[tuple[str, str], int] = {}
     leaked: dict[tuple[str, str], set[str]] = {}
@@ -78,13 +79,20 @@ def range_usage(inventory: Inventory, findings: Iterable[Finding]) -> tuple[Rang
     )
 
 
-def _range_of(ip: str, candidates: Iterable[tuple[HostLocalRange, list[_Bounds]]]) -> str:
-    addr = ipaddress.ip_address(ip)
-    value = int(addr)
-    for r, bounds in candidates:
-        if any(b.version == addr.version and b.low <= value <= b.high for b in bounds):
-            return r.label
+def _range_of(ip: str, candidates: Iterable[tuple[str, list[_Bounds]]]) -> str:
+    version, value = _as_int(ip)
+    for label, bounds in candidates:
+        for b in bounds:
+            if b.version == version and b.low <= value <= b.high:
+                return label
     return UNKNOWN_RANGE
+
+
+@functools.lru_cache(maxsize=65536)
+def _as_int(ip: str) -> tuple[int, int]:
+    """(version, integer) of an address, remembered: a node's addresses come back every scan."""
+    addr = ipaddress.ip_address(ip)
+    return addr.version, int(addr)
 
 
 # -- fitting -----------------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from nodegc.model.findings import Finding
 from nodegc.model.items import Identity, Item, Phase, item_key
 from nodegc.model.resources import (
     CNICacheEntry,
+    FirewallRule,
     HostportRule,
     Inventory,
     IPReservation,
@@ -22,6 +23,7 @@ from nodegc.model.resources import (
     Kind,
     NetnsEntry,
     PodDir,
+    PodLogDir,
     VethLink,
     VolumeDir,
 )
@@ -65,7 +67,7 @@ class Transition:
 
 
 Resource = (IPReservation | CNICacheEntry | NetnsEntry | VethLink | IptablesChain | HostportRule | PodDir | VolumeDir
-            | RuntimeSandbox)
+            | RuntimeSandbox | PodLogDir | FirewallRule)
 
 
 def hostport_rule_id(rule: HostportRule) -> str:
@@ -92,6 +94,12 @@ def resources(inv: Inventory) -> dict[str, Resource]:
         for vol in d.volumes:
             if vol.mounted:
                 out[item_key(Kind.VOLUME_MOUNT, vol.path)] = vol
+    from nodegc.planning.firewall import firewall_rule_id
+
+    for fw in inv.firewall_rules:
+        out[item_key(Kind.FIREWALL_RULE, firewall_rule_id(fw))] = fw
+    for log_dir in inv.pod_logs:
+        out[item_key(Kind.POD_LOG_DIR, log_dir.path)] = log_dir
     if inv.runtime is not None and inv.runtime.reachable:
         for sb in inv.runtime.sandboxes:
             out[item_key(Kind.SANDBOX, sb.id)] = sb
@@ -115,6 +123,10 @@ def identity_of(resource: Resource) -> Identity:
             return (("container_id", resource.container_id or ""), ("rule", resource.rule))
         case PodDir():
             return (("inode", str(resource.inode)),)
+        case FirewallRule():
+            return (("rule", resource.rule), ("family", str(resource.family)))
+        case PodLogDir():
+            return (("inode", str(resource.inode)), ("uid", resource.uid))
         case RuntimeSandbox():
             # An id the runtime reuses for another sandbox is another creation time.
             created = resource.created_at.isoformat() if resource.created_at else ""

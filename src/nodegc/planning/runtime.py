@@ -60,6 +60,35 @@ def correlate_runtime(ctx: Context) -> None:
     _Runtime(ctx, view).run()
 
 
+def correlate_pod_logs(ctx: Context) -> None:
+    """`<pod log dir>/<namespace>_<name>_<uid>`: the kubelet removes it when it removes the pod. Residue
+    when no pod with that UID is in the API, the kubelet has no `pods/<uid>` left to work on, the runtime
+    (when one was read) holds no sandbox of that UID, and it is older than the photographs."""
+    view = ctx.inv.runtime
+    unusable = runtime_unusable(view, _running_pods(ctx))
+    pod_dirs = {d.uid for d in ctx.inv.pod_dirs}
+    sandbox_uids = {sb.pod_uid for sb in view.sandboxes} if view is not None and view.reachable else set()
+    horizon = min(ctx.now, ctx.desired.fetched_at.timestamp()) - ctx.policy.min_age_seconds
+    if view is not None and view.read_at is not None:
+        horizon = min(horizon, view.read_at.timestamp() - ctx.policy.min_age_seconds)
+    for log_dir in ctx.inv.pod_logs:
+        pod = ctx.pods.by_uid.get(log_dir.uid)
+        cls, state, note = FindingClass.ORPHANED_POD_LOG_DIR, OwnerState.ABSENT, (
+            f"no pod with uid {log_dir.uid} in the API, no pod directory, no sandbox")
+        if pod is not None:
+            cls, state, note = FindingClass.IN_USE, pod.state, f"pod uid {log_dir.uid} is {pod.phase}"
+        elif log_dir.uid in sandbox_uids:
+            cls, note = FindingClass.PROTECTED, "the runtime still holds a sandbox of it"
+        elif unusable is not None:
+            cls, note = FindingClass.PROTECTED, f"needs the runtime's word: {unusable}"
+        elif log_dir.uid in pod_dirs:
+            cls, note = FindingClass.PROTECTED, f"pods/{log_dir.uid} still exists: the kubelet is not done with it"
+        elif log_dir.mtime > horizon:
+            cls, note = FindingClass.PROTECTED, "younger than the photographs allow to judge"
+        owner = Owner(uid=log_dir.uid, namespace=log_dir.namespace, name=log_dir.name)
+        ctx.add(Finding(cls, Kind.POD_LOG_DIR, log_dir.path, owner, state, (note,)))
+
+
 def _base(path: str | None) -> str | None:
     return path.rstrip("/").rsplit("/", 1)[-1] if path else None
 

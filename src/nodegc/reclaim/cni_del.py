@@ -41,17 +41,17 @@ def cni_del(entry: CNICacheEntry, *, roots: Roots, timeout: float = 30.0, keep_c
     """
     deadline = time.monotonic() + timeout
     try:
-        cached = _reread(entry)
-    except _Gone:
+        cached = reread(entry)
+    except Gone:
         return Outcome.gone("cache entry already removed")
-    except _Changed as e:
+    except Changed as e:
         return Outcome.changed(str(e))
     except ValueError as e:
         return Outcome.failed(f"cache entry unreadable: {e}")
     if entry.config_json is None:
         return Outcome.failed("cache entry has no network configuration; cannot run CNI DEL")
     try:
-        name, version, plugins = _plugins_of(entry.config_json)
+        name, version, plugins = plugins_of(entry.config_json)
         capability_args = _capability_args(entry.capability_args_json)
     except ValueError as e:
         return Outcome.failed(f"cached configuration unusable: {e}")
@@ -105,24 +105,24 @@ def _netns_for_del(entry: CNICacheEntry, roots: Roots) -> str:
     return str(candidate) if stat.S_ISREG(st.st_mode) else ""
 
 
-class _Gone(Exception):
+class Gone(Exception):
     pass
 
 
-class _Changed(Exception):
+class Changed(Exception):
     pass
 
 
-def _reread(entry: CNICacheEntry) -> dict[str, Any]:
+def reread(entry: CNICacheEntry) -> dict[str, Any]:
     try:
         small = read_small_file(entry.path, limit=MAX_CACHE_BYTES)
     except FileReadError as e:
         cause = e.__cause__
         if isinstance(cause, OSError) and cause.errno == errno.ENOENT:
-            raise _Gone from e
+            raise Gone from e
         raise ValueError(str(e)) from e
     if small.inode != entry.inode:
-        raise _Changed(f"cache file replaced (inode {small.inode}, expected {entry.inode})")
+        raise Changed(f"cache file replaced (inode {small.inode}, expected {entry.inode})")
     try:
         doc = json.loads(small.content.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as e:
@@ -132,7 +132,7 @@ def _reread(entry: CNICacheEntry) -> dict[str, Any]:
     found = (doc.get("containerId"), doc.get("networkName"), doc.get("ifName"))
     wanted = (entry.container_id, entry.network, entry.ifname)
     if found != wanted:
-        raise _Changed(f"cache file now names container {found[0]!r} (expected {entry.container_id!r})")
+        raise Changed(f"cache file now names container {found[0]!r} (expected {entry.container_id!r})")
     raw_config = doc.get("config")
     if entry.config_json is not None and isinstance(raw_config, str):
         try:
@@ -140,15 +140,15 @@ def _reread(entry: CNICacheEntry) -> dict[str, Any]:
         except (binascii.Error, UnicodeDecodeError):
             same = False
         if not same:
-            raise _Changed("cached network configuration changed since the scan")
+            raise Changed("cached network configuration changed since the scan")
     # libcni rewrites the file in place: the capability args (port mappings...) are part of what DEL uses.
     scanned = json.loads(entry.capability_args_json) if entry.capability_args_json else None
     if (doc.get("capabilityArgs") or None) != (scanned or None):
-        raise _Changed("cached capability args changed since the scan")
+        raise Changed("cached capability args changed since the scan")
     return doc
 
 
-def _plugins_of(config_json: str) -> tuple[str, str, list[Mapping[str, Any]]]:
+def plugins_of(config_json: str) -> tuple[str, str, list[Mapping[str, Any]]]:
     """A conflist runs all its plugins; a single network config (a .conf) is a list of one."""
     try:
         conf = json.loads(config_json)

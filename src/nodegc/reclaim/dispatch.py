@@ -8,6 +8,7 @@ persists it before the next item is touched.
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -16,11 +17,13 @@ from nodegc.faults import fault_point
 from nodegc.model.items import Item
 from nodegc.model.resources import (
     CNICacheEntry,
+    FirewallRule,
     HostportRule,
     IPReservation,
     IptablesChain,
     NetnsEntry,
     PodDir,
+    PodLogDir,
     VethLink,
     VolumeDir,
 )
@@ -78,6 +81,10 @@ def describe(resource: Resource) -> str:
             return f"unmount {resource.path}"
         case PodDir():
             return f"remove pod directory {resource.path}"
+        case PodLogDir():
+            return f"remove pod log directory {resource.path}"
+        case FirewallRule():
+            return f"delete firewall rule '{resource.rule}' (while no other container holds {resource.ip})"
         case RuntimeSandbox():
             return (f"ask the runtime to stop, then remove sandbox {resource.id[:12]} of"
                     f" {resource.pod_namespace}/{resource.pod_name} (CRI StopPodSandbox, RemovePodSandbox)")
@@ -92,6 +99,11 @@ class HostExecutor:
     runtime_endpoint: str | None = None
     """CRI endpoint for sandboxes (StopPodSandbox, RemovePodSandbox); None: sandboxes are not touched."""
     runtime_timeout: float = 60.0
+    direct_teardown: bool = True
+    """CNI attachments whose plugins nodegc knows completely are torn down without running them
+    (`reclaim.teardown`); False runs CNI DEL for every attachment."""
+    del_parallelism: int = 4
+    """CNI DELs run at once for different sandboxes, as a runtime runs them."""
     iptables_backend: str = "auto"
     """Whose iptables-save/-restore: legacy, nft, default, or auto (detected, as kube-proxy does)."""
 
@@ -112,6 +124,8 @@ class _HostRun:
         self.deleted: list[tuple[Item, CNICacheEntry]] = []
         self.direct: set[str] = set()
         """Sandboxes reclaimed without a successful DEL (it kept failing)."""
+        self.torn_down: set[str] = set()
+        """Sandboxes whose DEL nodegc did itself (`reclaim.teardown`)."""
 
     def report(self, item: Item, outcome: Outcome) -> None:
         if item.container_id:
@@ -125,7 +139,7 @@ class _HostRun:
         return False
 
     def run(self, batch: Batch) -> None:
-        rules_done = False
+        rules_done = veths_done = dels_done = False
         for item, resource in batch:
             if isinstance(resource, IptablesChain | HostportRule):
                 if not rules_done:
@@ -133,21 +147,74 @@ class _HostRun:
                     self.rules([(i, r) for i, r in batch
                                 if isinstance(r, IptablesChain | HostportRule) and not self.held(i)])
                 continue
+            if isinstance(resource, FirewallRule):
+                if not self.held(item):
+                    from nodegc.reclaim.firewall import remove_firewall_rule
+
+                    self.report(item, remove_firewall_rule(resource, container_id=item.container_id,
+                                                           roots=self.x.roots, timeout=self.x.timeout))
+                continue
             if isinstance(resource, CNICacheEntry):
-                self.cni_del(item, resource)
-            elif not self.held(item):
+                if not dels_done:
+                    dels_done = True
+                    self.cni_dels([(i, r) for i, r in batch if isinstance(r, CNICacheEntry)])
+                continue
+            if isinstance(resource, VethLink):
+                if not veths_done:
+                    veths_done = True
+                    self.veths([(i, r) for i, r in batch if isinstance(r, VethLink) and not self.held(i)])
+                continue
+            if not self.held(item):
                 fault_point(f"before_clean:{item.kind.value}")
                 outcome = self.reclaim(resource)
                 fault_point(f"after_clean:{item.kind.value}")
                 self.report(item, outcome)
         self.cache_files()
 
-    def cni_del(self, item: Item, entry: CNICacheEntry) -> None:
+    def cni_dels(self, entries: Sequence[tuple[Item, CNICacheEntry]]) -> None:
+        """Every attachment of the batch: those whose plugins nodegc knows torn down together, the others
+        through CNI DEL, several at once; the outcomes are then handled in batch order."""
+        from nodegc.reclaim.teardown import Teardown, identifier, plan, tear_down
+
+        roots = self.x.roots
+        identify = identifier(roots.cni_bin_dirs)
+        direct: list[tuple[Item, Teardown]] = []
+        via_plugins: list[tuple[Item, CNICacheEntry]] = []
+        for item, entry in entries:
+            td = plan(entry, roots=roots, identify=identify) if self.x.direct_teardown else "turned off"
+            if isinstance(td, Teardown):
+                direct.append((item, td))
+            else:
+                via_plugins.append((item, entry))
+                log.debug("CNI DEL through the plugins", item=item.key, reason=td)
+        fault_point("before_clean:cni_cache")
+        outcomes: dict[str, Outcome] = {}
+        if direct:
+            budget = self.x.timeout * (1 + len(direct) // 100)
+            done = tear_down([td for _, td in direct], roots=roots, timeout=budget,
+                             iptables_backend=self.x.iptables_backend)
+            outcomes.update((item.key, o) for (item, _), o in zip(direct, done, strict=True))
+            self.torn_down.update(td.entry.container_id for _, td in direct)
+        outcomes.update(self._run_dels(via_plugins))
+        fault_point("after_del:cni_cache")
+        for item, entry in entries:
+            self.after_del(item, entry, outcomes[item.key])
+
+    def _run_dels(self, entries: Sequence[tuple[Item, CNICacheEntry]]) -> dict[str, Outcome]:
+        from concurrent.futures import ThreadPoolExecutor
+
         from nodegc.reclaim.network import cni_del
 
-        fault_point("before_clean:cni_cache")
-        outcome = cni_del(entry, roots=self.x.roots, timeout=self.x.timeout, keep_cache=True)
-        fault_point("after_del:cni_cache")
+        def one(entry: CNICacheEntry) -> Outcome:
+            return cni_del(entry, roots=self.x.roots, timeout=self.x.timeout, keep_cache=True)
+
+        if len(entries) <= 1 or self.x.del_parallelism <= 1:
+            return {item.key: one(entry) for item, entry in entries}
+        with ThreadPoolExecutor(max_workers=self.x.del_parallelism, thread_name_prefix="cni-del") as pool:
+            futures = [(item, pool.submit(one, entry)) for item, entry in entries]
+            return {item.key: future.result() for item, future in futures}
+
+    def after_del(self, item: Item, entry: CNICacheEntry, outcome: Outcome) -> None:
         if outcome.ok and not outcome.already_gone:
             self.deleted.append((item, entry))
             return
@@ -181,11 +248,31 @@ class _HostRun:
                 return unmount_volume(resource, proc_root=roots.proc_root, timeout=self.x.unmount_timeout)
             case PodDir():
                 return remove_pod_dir(resource, kubelet_root=roots.kubelet_root, proc_root=roots.proc_root)
+            case PodLogDir():
+                from nodegc.reclaim.removing import remove_dir_in
+
+                if os.path.dirname(resource.path) not in (os.fsdecode(roots.pod_log_dir),
+                                                          os.path.realpath(roots.pod_log_dir)):
+                    return Outcome.failed(f"refused: {resource.path} is not directly in {roots.pod_log_dir}")
+                return remove_dir_in(roots.pod_log_dir, os.path.basename(resource.path), inode=resource.inode,
+                                     proc_root=roots.proc_root)
             case RuntimeSandbox():
                 from nodegc.reclaim.sandboxes import remove_sandbox
 
                 return remove_sandbox(resource, endpoint=self.x.runtime_endpoint, timeout=self.x.runtime_timeout)
         return Outcome.failed(f"no executor for {type(resource).__name__}")
+
+    def veths(self, items: Sequence[tuple[Item, Resource]]) -> None:
+        """All veths of one cycle on one netlink socket, each compared before its delete."""
+        from nodegc.reclaim.veth import delete_veths
+
+        if not items:
+            return
+        fault_point("before_clean:veth")
+        outcomes = delete_veths([r for _, r in items if isinstance(r, VethLink)], net_ns=self.x.roots.net_ns)
+        fault_point("after_clean:veth")
+        for (item, _), outcome in zip(items, outcomes, strict=True):
+            self.report(item, outcome)
 
     def rules(self, items: Sequence[tuple[Item, Resource]]) -> None:
         """All chains and hostport rules of one cycle go through one iptables-restore per family."""
@@ -214,6 +301,8 @@ class _HostRun:
             fault_point("before_clean:cni_cache_file")
             outcome = remove_cache_entry(entry)
             fault_point("after_clean:cni_cache")
+            if entry.container_id in self.torn_down and outcome.ok:
+                outcome = dataclasses.replace(outcome, detail=f"torn down directly; {outcome.detail}")
             if entry.container_id in self.direct:
                 outcome = dataclasses.replace(
                     outcome, detail=f"CNI DEL kept failing; the sandbox was reclaimed directly: {outcome.detail}")

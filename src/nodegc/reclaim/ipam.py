@@ -48,6 +48,21 @@ def release_ip(res: IPReservation, *, roots: Roots, lock_timeout: float = 10.0) 
         os.close(dir_fd)
 
 
+def lock_network_dir(net_dir: str, *, timeout: float) -> tuple[int, int] | None:
+    """(directory fd, lock fd) with host-local's lock of `net_dir` held, or None when it stayed busy for
+    `timeout`. Close the lock fd to release it, then the directory fd. FileNotFoundError: no directory."""
+    dir_fd = os.open(net_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        lock_fd = _lock(dir_fd, timeout=timeout)
+    except BaseException:
+        os.close(dir_fd)
+        raise
+    if lock_fd is None:
+        os.close(dir_fd)
+        return None
+    return dir_fd, lock_fd
+
+
 def _lock(dir_fd: int, *, timeout: float) -> int | None:
     """host-local creates the lock file the same way (O_CREATE, 0644) when it is missing."""
     flags = os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK  # a FIFO must not block us

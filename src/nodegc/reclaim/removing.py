@@ -183,6 +183,35 @@ def remove_pod_dir(
         os.close(pods_fd)
 
 
+def remove_dir_in(
+    parent: Path,
+    name: str,
+    *,
+    inode: int,
+    proc_root: Path = Path("/proc"),
+    timeout: float = 60.0,
+    max_entries: int = MAX_ENTRIES,
+    max_depth: int = MAX_DEPTH,
+) -> Outcome:
+    """The same walk for another directory directly inside `parent` (a pod log directory): never a
+    symlink followed, never a mount crossed, only while it is still the verified inode."""
+    if not name or "/" in name or name in (".", ".."):
+        return Outcome.failed(f"refused: {name!r} is not a plain directory name")
+    real = os.path.realpath(os.fsdecode(parent))
+    try:
+        parent_fd = os.open(real, _DIR_FLAGS)
+    except FileNotFoundError:
+        return Outcome.gone(f"{real} does not exist")
+    except OSError as e:
+        return Outcome.failed(f"cannot open {real}: {e.strerror}")
+    stand_in = PodDir(uid=name, path=os.path.join(real, name), inode=inode, mtime=0.0)
+    try:
+        return _remove_below(parent_fd, stand_in, path=stand_in.path, proc_root=proc_root,
+                             deadline=time.monotonic() + timeout, max_entries=max_entries, max_depth=max_depth)
+    finally:
+        os.close(parent_fd)
+
+
 def _remove_below(pods_fd: int, pod_dir: PodDir, *, path: str, proc_root: Path, deadline: float,
                   max_entries: int, max_depth: int) -> Outcome:
     name = os.fsencode(pod_dir.uid)

@@ -8,6 +8,7 @@ The model has no family field: the family is wherever the fresh dumps show the c
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import time
 from collections.abc import Sequence
@@ -43,6 +44,8 @@ def _families(backend: str, net_ns: Path | None, timeout: float) -> tuple[_Famil
 class _Dump:
     chains: dict[tuple[str, str], IptablesChain] = field(default_factory=dict)
     rules: dict[tuple[str, str, str], HostportRule] = field(default_factory=dict)
+    lines: set[tuple[str, str]] = field(default_factory=set)
+    """(table, rule) of every rule of the dump, as iptables-save prints it."""
 
 
 @dataclass
@@ -102,6 +105,13 @@ def _read(fam: _Family, *, net_ns: Path | None, deadline: float) -> tuple[_Dump 
         dump.chains[(c.table, c.name)] = c
     for r in parsed_rules:
         dump.rules[(r.table, r.chain, r.rule)] = r
+    table = ""
+    for raw in text.split("\n"):
+        line = raw.strip()
+        if line.startswith("*"):
+            table = line[1:].strip()
+        elif line.startswith("-A "):
+            dump.lines.add((table, line))
     return dump, None
 
 
@@ -231,3 +241,87 @@ def _merge(found: Sequence[Outcome]) -> Outcome:
     if bad:
         return bad[0]
     return next((o for o in found if not o.already_gone), found[0])
+
+
+@dataclass(frozen=True)
+class RuleTarget:
+    """One thing a plugin's DEL removes: a per-container chain (with every jump into it, in any table and
+    family where it exists) or one rule, exactly as iptables-save prints it."""
+
+    key: str
+    """Outcomes are merged per key (one attachment has several targets)."""
+    owner: tuple[str, str] | None
+    """(network, container id) a chain's comments may name; a chain claimed by another container is left."""
+    chain: str | None = None
+    rule: str | None = None
+    table: str = "filter"
+    """The table of `rule`."""
+    family: int = 0
+    """Index into FAMILIES of `rule`."""
+
+
+def remove_targets(
+    targets: Sequence[RuleTarget], *, net_ns: Path | None, deadline: float, backend: str = "auto"
+) -> dict[str, Outcome]:
+    """Like `remove_rules`, for targets named the way the plugins name them rather than as scanned: the
+    fresh dumps decide what exists and who owns it; one iptables-restore per family for all of them."""
+    families = _families(backend, net_ns, max(deadline - time.monotonic(), 0.1))
+    dumps: list[_Dump | None] = []
+    read_errors: list[str] = []
+    for fam in families:
+        dump, error = _read(fam, net_ns=net_ns, deadline=deadline)
+        dumps.append(dump)
+        if error:
+            read_errors.append(error)
+    outcomes: dict[str, list[Outcome]] = {}
+    units: list[list[_Unit]] = [[] for _ in families]
+    for t in targets:
+        found = _target_units(t, dumps, units)
+        if isinstance(found, Outcome):
+            outcomes.setdefault(t.key, []).append(found)
+        elif not found:
+            outcomes.setdefault(t.key, []).append(_absent(read_errors, "already gone"))
+    for fam, fam_units in zip(families, units, strict=True):
+        if fam_units:
+            for unit, outcome in _apply(fam, fam_units, net_ns=net_ns, deadline=deadline):
+                for key in dict.fromkeys(unit.keys):
+                    what = f"chain {unit.chain}" if unit.chain else f"rule '{unit.deletes[0][3:]}'"
+                    detail = f"removed {what} ({fam.restore})" if outcome.ok else outcome.detail
+                    outcomes.setdefault(key, []).append(dataclasses.replace(outcome, detail=detail))
+    merged: dict[str, Outcome] = {}
+    for key, results in outcomes.items():
+        bad = [o for o in results if not o.ok]
+        done = [o for o in results if o.ok and not o.already_gone]
+        if bad:
+            merged[key] = bad[0]
+        elif done:
+            merged[key] = Outcome.done("; ".join(o.detail for o in done))
+        else:
+            merged[key] = results[0]
+    return merged
+
+
+def _target_units(t: RuleTarget, dumps: list[_Dump | None], units: list[list[_Unit]]) -> Outcome | bool:
+    """Adds the units that remove `t`; True when any was added, an Outcome when `t` must be left."""
+    added = False
+    if t.chain is not None:
+        for i, d in enumerate(dumps):
+            if d is None:
+                continue
+            for (table, name), fresh in d.chains.items():
+                if name != t.chain:
+                    continue
+                claimed = (fresh.network, fresh.container_id)
+                if fresh.container_id is not None and claimed != t.owner:
+                    return Outcome.changed(f"chain {name} belongs to {claimed[0]!r}/{claimed[1]!r}")
+                units[i].append(_Unit(table=table, keys=[t.key], deletes=[_as_delete(j) for j in fresh.jumps],
+                                      chain=name))
+                added = True
+        return added
+    d = dumps[t.family]
+    if t.rule is not None and d is not None and (t.table, t.rule) in d.lines:
+        delete = _as_delete(t.rule)
+        if not any(u.table == t.table and delete in u.deletes for u in units[t.family]):
+            units[t.family].append(_Unit(table=t.table, keys=[t.key], deletes=[delete]))
+        added = True
+    return added

@@ -11,7 +11,7 @@ import errno
 from collections.abc import Sequence
 from pathlib import Path
 
-from nodegc.hostio.netlink import NetlinkError, RawLink, RtnlSocket
+from nodegc.hostio.netlink import NetlinkError, RawLink, RtnlSocket, delete_together
 from nodegc.model.resources import VethLink
 from nodegc.reclaim.outcomes import Outcome
 
@@ -49,7 +49,7 @@ def _compare_and_delete(rtnl: RtnlSocket, links: Sequence[VethLink]) -> list[Out
     for link in links:
         outcomes.append(_refusal(link, current.get(link.index)))
     todo = [i for i, o in enumerate(outcomes) if o is None]
-    answers = rtnl.delete_links([links[i].index for i in todo])
+    answers = delete_together(rtnl, [current[links[i].index] for i in todo])
     for i, answer in zip(todo, answers, strict=True):
         link = links[i]
         if answer is None:

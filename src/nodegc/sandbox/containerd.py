@@ -184,8 +184,13 @@ class SandboxContainerd:
     """containerd for one SandboxNode. `start()` it, `kill()` it as a crash would, `wipe_state()` as a
     reboot would, `start()` it again; `close()` stops it and everything it started."""
 
-    def __init__(self, node: SandboxNode, *, netns_under_state_dir: bool = True) -> None:
+    def __init__(self, node: SandboxNode, *, netns_under_state_dir: bool = True, firewall: bool = False) -> None:
         self.node = node
+        if firewall and not any(p.get("type") == "firewall" for p in node.conflist["plugins"]):
+            # The firewall plugin's per-address CNI-FORWARD rules, as many clusters chain it.
+            node.conflist["plugins"] = [*node.conflist["plugins"], {"type": "firewall"}]
+            node.conflist_bytes = json.dumps(node.conflist, indent=2).encode()
+            node.conflist_path.write_bytes(node.conflist_bytes)
         base = node.root / "containerd"
         self.root = base / "root"
         self.state = base / "state"

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import base64
 import errno
+import hashlib
 import json
 import os
-import secrets
+import random
+import re
 import shutil
+import stat
 import subprocess
 import tempfile
 import time
@@ -70,6 +73,49 @@ def mount_points() -> list[str]:
     with open("/proc/self/mountinfo", "rb") as f:
         mounts, _unparsed = parse_mountinfo(f.read().decode("utf-8", "surrogateescape"))
     return [m.mount_point for m in mounts]
+
+
+def _mount_types() -> list[tuple[str, str]]:
+    with open("/proc/self/mountinfo", "rb") as f:
+        mounts, _unparsed = parse_mountinfo(f.read().decode("utf-8", "surrogateescape"))
+    return [(m.mount_point, m.fs_type) for m in mounts]
+
+
+_MAC = re.compile(rb'"mac":\s*"[0-9a-f:]+"')
+_SAVE_COUNTERS = re.compile(r"\[\d+:\d+\]")
+
+
+_BUILTIN_CHAIN = re.compile(r"^:(PREROUTING|INPUT|FORWARD|OUTPUT|POSTROUTING) ACCEPT$")
+
+
+def _rules_without_counters(dump: str) -> list[str]:
+    """iptables-save without its comment lines and packet counters: what a rule set is, not what it saw.
+
+    A table that holds nothing but its built-in chains with the ACCEPT policy filters nothing; such a table
+    is left out, since merely listing or flushing a chain (as a plugin's DEL does) makes one appear.
+    """
+    out: list[str] = []
+    table: list[str] = []
+    for raw in dump.splitlines():
+        line = _SAVE_COUNTERS.sub("", raw).rstrip()
+        if not line or line.startswith("#"):
+            continue
+        table.append(line)
+        if line == "COMMIT":
+            if not all(_BUILTIN_CHAIN.match(x) for x in table[1:-1]):
+                out += table
+            table = []
+    return out + table
+
+
+def _decoded_cache_config(content: bytes) -> bytes:
+    """A cache entry with its base64 network configuration decoded, so that paths in it can be compared."""
+    try:
+        doc = json.loads(content)
+        doc["config"] = base64.b64decode(doc["config"]).decode()
+    except (ValueError, KeyError, TypeError):
+        return content
+    return json.dumps(doc, sort_keys=True).encode()
 
 
 def mounts_under(root: Path) -> list[str]:
@@ -148,8 +194,9 @@ def namespace_is_private(kind: str) -> bool:
     return False
 
 
-def _rand_name(n: int) -> str:
-    return "".join(secrets.choice(_NAME_ALPHABET) for _ in range(n))
+_CHAIN_PLUGINS = ("bridge", "portmap", "firewall", "tuning", "bandwidth")
+"""Plugins a sandbox conflist may chain, in conflist order (bridge with host-local IPAM always first)."""
+_BANDWIDTH = {"egressRate": 1_000_000, "egressBurst": 100_000, "ingressRate": 1_000_000, "ingressBurst": 100_000}
 
 
 def _rfc3339(t: datetime) -> str:
@@ -167,6 +214,8 @@ class SandboxPod:
     netns_path: Path
     ip: str | None
     host_port: int | None
+    bandwidth: bool
+    """Whether the pod asked for traffic shaping (the bandwidth plugin then adds an ifb device)."""
     volume_paths: tuple[Path, ...]
     pod_dir: Path
     phase: str
@@ -184,8 +233,11 @@ class SandboxPod:
 class SandboxNode:
     """Build with `SandboxNode.create()`, use as a context manager; see the module docstring."""
 
-    def __init__(self, root: Path, *, node_name: str, subnet: str, host_ip: str) -> None:
+    def __init__(self, root: Path, *, node_name: str, subnet: str, host_ip: str,
+                 plugins: Sequence[str] = ("bridge", "portmap"), seed: int | None = None) -> None:
         self.root = root
+        self._rng = random.Random(seed) if seed is not None else random.SystemRandom()  # noqa: S311 - names, not secrets
+        """Names and ids; a seed makes two nodes built the same way identical (benchmarks compare them)."""
         self.node_name = node_name
         self.subnet = subnet
         self.host_ip = host_ip
@@ -212,9 +264,21 @@ class SandboxNode:
                         "dataDir": str(self.ipam_dir),
                     },
                 },
-                {"type": "portmap", "capabilities": {"portMappings": True}},
             ],
         }
+        self.plugins = tuple(plugins)
+        unknown = [p for p in self.plugins if p not in _CHAIN_PLUGINS]
+        if unknown or self.plugins[:1] != ("bridge",):
+            raise SandboxError(f"plugins must start with bridge and be among {_CHAIN_PLUGINS}: {unknown}")
+        chain = self.conflist["plugins"]
+        if "portmap" in self.plugins:
+            chain.append({"type": "portmap", "capabilities": {"portMappings": True}})
+        if "firewall" in self.plugins:
+            chain.append({"type": "firewall", "backend": "iptables"})
+        if "tuning" in self.plugins:
+            chain.append({"type": "tuning", "sysctl": {"net.core.somaxconn": "512"}})
+        if "bandwidth" in self.plugins:
+            chain.append({"type": "bandwidth", "capabilities": {"bandwidth": True}})
         self.conflist_bytes = json.dumps(self.conflist, indent=2).encode()
         self.conflist_path = self.cni_conf_dir / "10-sandbox.conflist"
         self.pods: dict[str, SandboxPod] = {}
@@ -230,6 +294,8 @@ class SandboxNode:
         subnet: str = "10.244.0.0/16",
         host_ip: str = "10.0.0.10",
         require_private_mount_ns: bool = True,
+        plugins: Sequence[str] = ("bridge", "portmap"),
+        seed: int | None = None,
     ) -> SandboxNode:
         """Refuses to run in the machine's own mount namespace, where a crash would leak mounts."""
         if require_private_mount_ns and not namespace_is_private("mnt"):
@@ -237,7 +303,7 @@ class SandboxNode:
                 "not in a private mount namespace: run under `unshare --mount --net --propagation private`"
             )
         root = Path(os.path.realpath(tempfile.mkdtemp(prefix="nodegc-node-", dir=base)))
-        node = cls(root, node_name=node_name, subnet=subnet, host_ip=host_ip)
+        node = cls(root, node_name=node_name, subnet=subnet, host_ip=host_ip, plugins=plugins, seed=seed)
         try:
             node._build()
         except BaseException:
@@ -307,6 +373,15 @@ class SandboxNode:
             net_ns=self.node_netns,
         )
 
+    def _uuid(self) -> str:
+        return str(uuid.UUID(int=self._rng.getrandbits(128), version=4))
+
+    def _hex(self, nbytes: int) -> str:
+        return self._rng.getrandbits(nbytes * 8).to_bytes(nbytes, "big").hex()
+
+    def _rand_name(self, n: int) -> str:
+        return "".join(self._rng.choice(_NAME_ALPHABET) for _ in range(n))
+
     # --- paths of one pod's artifacts ----------------------------------------------------------------
 
     def cache_path(self, pod: SandboxPod) -> Path:
@@ -331,13 +406,14 @@ class SandboxNode:
         phase: str = "Running",
         volumes: Sequence[str] = ("data",),
         host_port: int | None = None,
+        bandwidth: bool = False,
         containers: Sequence[str] = ("app",),
         created_at: datetime | None = None,
     ) -> SandboxPod:
         """Sandbox network first (netns + CNI ADD + cache entry), then the kubelet's pod directory."""
-        uid = str(uuid.uuid4())
-        container_id = secrets.token_hex(32)
-        netns_path = self.netns_dir / f"cni-{uuid.uuid4()}"
+        uid = self._uuid()
+        container_id = self._hex(32)
+        netns_path = self.netns_dir / f"cni-{self._uuid()}"
         pod_dir = self.kubelet_root / "pods" / uid
         pod = SandboxPod(
             name=name,
@@ -347,6 +423,7 @@ class SandboxNode:
             netns_path=netns_path,
             ip=None,
             host_port=host_port,
+            bandwidth=bandwidth,
             volume_paths=(),
             pod_dir=pod_dir,
             phase=phase,
@@ -378,6 +455,10 @@ class SandboxNode:
         cap_args: dict[str, Any] = {}
         if pod.host_port is not None:
             cap_args["portMappings"] = [{"hostPort": pod.host_port, "containerPort": 80, "protocol": "tcp"}]
+        if pod.bandwidth:
+            if "bandwidth" not in self.plugins:
+                raise SandboxError("a pod with bandwidth needs the bandwidth plugin in the conflist")
+            cap_args["bandwidth"] = dict(_BANDWIDTH)
         cni_args = self._cni_args(pod)
         result = run_conflist(
             command="ADD",
@@ -407,8 +488,11 @@ class SandboxNode:
         if ips and isinstance(ips[0], dict):
             pod.ip = str(ips[0].get("address", "")).split("/")[0] or None
         for iface in result.get("interfaces") or []:
+            # the bridge plugin lists the bridge, the host veth and the pod's interface; later plugins may add
+            # their own host devices (bandwidth's ifb) after them
             if isinstance(iface, dict) and "sandbox" not in iface and iface.get("name") != BRIDGE:
                 pod.host_veth = str(iface.get("name"))
+                break
 
     def _make_pod_dir(self, pod: SandboxPod, volumes: Sequence[str]) -> None:
         d = pod.pod_dir
@@ -422,7 +506,7 @@ class SandboxNode:
             ready = d / "plugins" / "kubernetes.io~empty-dir" / v
             ready.mkdir(parents=True)
             (ready / "ready").touch()
-        projected = d / "volumes" / "kubernetes.io~projected" / f"kube-api-access-{_rand_name(5)}"
+        projected = d / "volumes" / "kubernetes.io~projected" / f"kube-api-access-{self._rand_name(5)}"
         projected.mkdir(parents=True)
         _mount_tmpfs(projected)
         paths.append(projected)
@@ -431,7 +515,7 @@ class SandboxNode:
         for c in pod.containers:
             cdir = d / "containers" / c
             cdir.mkdir(parents=True)
-            (cdir / secrets.token_hex(4)).touch()
+            (cdir / self._hex(4)).touch()
         hosts = "127.0.0.1\tlocalhost\n" + (f"{pod.ip}\t{pod.name}\n" if pod.ip else "")
         (d / "etc-hosts").write_text(hosts)
 
@@ -526,6 +610,74 @@ class SandboxNode:
         self._unmount_volumes(pod)
         self._remove_pod_dir(pod)
         self._wait_link_gone(pod.host_veth)
+
+    # --- the whole node, for comparing two of them --------------------------------------------------------
+
+    def full_state(self, *, ignore: Sequence[str] = ()) -> dict[str, Any]:
+        """Everything a pod can leave on this node, in a form two nodes built alike (same seed) compare on:
+        every file below the root (path, type, size, content digest), the mount table below the root, the
+        links of the node namespace, and both iptables families rule by rule (counters left out).
+
+        What the plugins name at random (veth names and MACs) is replaced by the pod the veth belongs to;
+        `ignore` lists top-level names below the root that belong to the observer (a ledger, a snapshot).
+        """
+        veth_owner = {p.host_veth: p.name for p in self.pods.values() if p.host_veth}
+        return {
+            "files": self._files_state(set(ignore), veth_owner),
+            "mounts": sorted(
+                (os.path.relpath(point, self.root), fs)
+                for point, fs in _mount_types()
+                if point == str(self.root) or point.startswith(str(self.root) + "/")
+            ),
+            "links": self._links_state(veth_owner),
+            "iptables": {
+                cmd: _rules_without_counters(self.node_exec(cmd)) for cmd in ("iptables-save", "ip6tables-save")
+            },
+        }
+
+    def _files_state(self, ignore: set[str], veth_owner: dict[str, str]) -> list[tuple[str, str, str]]:
+        out: list[tuple[str, str, str]] = []
+        for dirpath, dirnames, found in os.walk(self.root):
+            rel_dir = os.path.relpath(dirpath, self.root)
+            filenames = found
+            if rel_dir == ".":
+                dirnames[:] = [d for d in dirnames if d not in ignore]
+                filenames = [f for f in found if f not in ignore and f != self.node_netns.name]
+            dirnames.sort()
+            for name in dirnames:
+                out.append((os.path.normpath(os.path.join(rel_dir, name)), "dir", ""))
+            for name in sorted(filenames):
+                path = os.path.join(dirpath, name)
+                rel = os.path.normpath(os.path.join(rel_dir, name))
+                st = os.lstat(path)
+                if not stat.S_ISREG(st.st_mode):
+                    out.append((rel, f"mode {st.st_mode:o}", ""))
+                    continue
+                try:
+                    content = Path(path).read_bytes()
+                except OSError as e:  # an nsfs mount point reads as EINVAL: its mount shows in "mounts"
+                    out.append((rel, "file", f"unreadable: {e.errno}"))
+                    continue
+                if rel.startswith("var/lib/cni/results/"):
+                    content = _decoded_cache_config(content)
+                content = content.replace(os.fsencode(self.root), b"<root>")
+                for veth, owner in veth_owner.items():
+                    content = content.replace(veth.encode(), f"veth-of-{owner}".encode())
+                if rel.startswith("var/lib/cni/results/"):
+                    content = _MAC.sub(b"<mac>", content)
+                out.append((rel, "file", hashlib.sha256(content).hexdigest()[:16]))
+        return out
+
+    def _links_state(self, veth_owner: dict[str, str]) -> list[tuple[str, str, str]]:
+        doc = json.loads(self.node_exec("ip", "-d", "-j", "link", "show"))
+        out: list[tuple[str, str, str]] = []
+        for link in doc:
+            name = str(link.get("ifname"))
+            kind = str((link.get("linkinfo") or {}).get("info_kind") or "")
+            if kind == "veth":
+                name = f"veth-of-{veth_owner.get(name, '?')}"
+            out.append((name, kind, str(link.get("master") or "")))
+        return sorted(out)
 
     # --- the API view --------------------------------------------------------------------------------
 

@@ -1,0 +1,411 @@
+"""CNI DEL without the plugin processes, for the plugin chains whose DEL nodegc knows completely.
+
+A CNI DEL of the reference plugins (bridge with host-local IPAM, portmap, firewall, loopback, tuning,
+bandwidth) changes a known, small set of things on the host: the host-local reservation files of the
+container, the veth pair, the bridge's masquerade chain (`CNI-<hash>` and its POSTROUTING jump), portmap's
+`CNI-DN-<hash>` (and old `CNI-SN-<hash>`) chains and the jumps into them, the firewall plugin's two rules per
+address in `CNI-FORWARD`, and bandwidth's ifb device `bwp<hash>`. Run once per attachment, each DEL starts
+several processes and every iptables call in them reloads the whole table, so reclaiming a few hundred
+attachments takes minutes. Done here for a whole batch, the same changes take one netlink socket for every
+link, one iptables-save and one iptables-restore per family for every rule, and one lock per host-local
+network directory for every reservation.
+
+An attachment takes this path only when every plugin of its cached configuration is one of these, its
+binary on the CNI path introduces itself as that reference plugin, and the configuration uses no option
+whose DEL does something else (tuning restoring a saved interface state, a firewall backend other than
+iptables, host-local with a data directory other than nodegc's ...). Anything else goes through the real
+plugins. The checks are the ones CNI DEL gets: the cache file is re-read and must be the same file naming
+the same container, network and configuration; a reservation is removed only while it names the container;
+a link only while its name, kind and MAC are the cached ones; a chain only while no other container's
+comment claims it; a firewall rule only while no other container holds its address.
+"""
+
+from __future__ import annotations
+
+import errno
+import functools
+import hashlib
+import os
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nodegc.hostio.cni_files import IPAM_LOCK_NAME, LAST_RESERVED_PREFIX, MAX_RESERVATION_BYTES, parse_reservation
+from nodegc.hostio.files import FileReadError, read_small_file
+from nodegc.hostio.netlink import NetlinkError, RawLink, RtnlSocket, delete_together
+from nodegc.model.resources import CNICacheEntry
+from nodegc.reclaim.cni_del import Changed, Gone, plugins_of, reread
+from nodegc.reclaim.cni_exec import CNIError, find_plugin
+from nodegc.reclaim.ipam import lock_network_dir
+from nodegc.reclaim.outcomes import Outcome
+from nodegc.reclaim.rules import RuleTarget, remove_targets
+from nodegc.settings import Roots
+
+HOST_LOCAL_DEFAULT_DIR = "/var/lib/cni/networks"
+_HASH_NAME_MAX = 28
+_IFB_NAME_MAX = 15
+_COMMON_KEYS = frozenset({"type", "name", "cniVersion", "capabilities", "runtimeConfig", "args", "prevResult"})
+_KNOWN_KEYS: Mapping[str, frozenset[str]] = {
+    "bridge": frozenset({"bridge", "isGateway", "isDefaultGateway", "forceAddress", "ipMasq", "mtu",
+                         "hairpinMode", "promiscMode", "vlan", "preserveDefaultVlan", "enabledad", "ipam"}),
+    "host-local": frozenset({"ranges", "subnet", "rangeStart", "rangeEnd", "gateway", "routes", "dataDir",
+                             "resolvConf"}),
+    "portmap": frozenset({"snat", "markMasqBit", "externalSetMarkChain", "conditionsV4", "conditionsV6"}),
+    "firewall": frozenset({"backend", "iptablesAdminChainName"}),
+    "loopback": frozenset(),
+    "tuning": frozenset({"sysctl", "dataDir"}),
+    "bandwidth": frozenset({"ingressRate", "ingressBurst", "egressRate", "egressBurst"}),
+}
+"""Options whose DEL this module reproduces; any other option sends the attachment through the plugins."""
+_FORWARD_CHAIN = "CNI-FORWARD"
+_ABOUT_TIMEOUT = 5.0
+
+Identify = Callable[[str], str | None]
+"""Plugin type -> None when its binary is the reference plugin, else why not."""
+
+
+def _hashed(network: str, container_id: str) -> str:
+    return hashlib.sha512((network + container_id).encode()).hexdigest()
+
+
+def chain_name(network: str, container_id: str, prefix: str = "") -> str:
+    """libcni's FormatChainName / the plugins' MustFormatHashWithPrefix, as the bridge and portmap use it."""
+    head = "CNI-" + prefix
+    return head + _hashed(network, container_id)[: _HASH_NAME_MAX - len(head)]
+
+
+def ifb_name(network: str, container_id: str) -> str:
+    """The bandwidth plugin's ifb device for one container."""
+    return "bwp" + _hashed(network, container_id)[: _IFB_NAME_MAX - 3]
+
+
+@dataclass(frozen=True)
+class Teardown:
+    """What the reference plugins' DEL of one attachment removes from the host."""
+
+    entry: CNICacheEntry
+    plugins: tuple[str, ...]
+    ipam_dir: str | None = None
+    """host-local's directory of this network, when the chain allocates through it."""
+    bridge: str | None = None
+    chains: tuple[str, ...] = ()
+    firewall: bool = False
+    ifb: str | None = None
+
+
+def plan(entry: CNICacheEntry, *, roots: Roots, identify: Identify) -> Teardown | str:
+    """The teardown of `entry`, or why it must go through the plugins."""
+    if entry.config_json is None:
+        return "no cached network configuration"
+    try:
+        network, _version, plugins = plugins_of(entry.config_json)
+    except ValueError as e:
+        return f"cached configuration unusable: {e}"
+    if network != entry.network:
+        return f"configuration names network {network!r}, the cache entry {entry.network!r}"
+    types: list[str] = []
+    td: dict[str, Any] = {"chains": []}
+    for plugin in plugins:
+        kind = plugin.get("type")
+        if not isinstance(kind, str) or kind not in _KNOWN_KEYS:
+            return f"plugin {kind!r} is not one nodegc tears down itself"
+        why = _odd_options(kind, plugin) or identify(kind)
+        if why:
+            return why
+        types.append(kind)
+        if kind == "bridge":
+            why = _bridge(plugin, entry, roots=roots, identify=identify, td=td)
+            if why:
+                return why
+            if td.get("ipam_dir"):
+                types.append("host-local")
+        elif kind == "portmap":
+            td["chains"] += [chain_name(network, entry.container_id, "DN-"),
+                             chain_name(network, entry.container_id, "SN-")]
+        elif kind == "firewall":
+            if plugin.get("backend") != "iptables":
+                return "firewall backend is not iptables (without one, the plugin picks firewalld when it runs)"
+            td["firewall"] = True
+        elif kind == "tuning":
+            changes = {"mac", "mtu", "promisc", "allmulti", "txQLen"} & set(plugin)
+            declared = plugin.get("capabilities") or {}
+            if changes or (isinstance(declared, dict) and declared.get("mac")):
+                return "tuning changes the interface and restores it on DEL"
+        elif kind == "bandwidth":
+            td["ifb"] = ifb_name(network, entry.container_id)
+    return Teardown(entry=entry, plugins=tuple(types), ipam_dir=td.get("ipam_dir"), bridge=td.get("bridge"),
+                    chains=tuple(td["chains"]), firewall=bool(td.get("firewall")), ifb=td.get("ifb"))
+
+
+def _odd_options(kind: str, plugin: Mapping[str, Any]) -> str | None:
+    odd = sorted(set(plugin) - _COMMON_KEYS - _KNOWN_KEYS[kind])
+    return f"{kind} option(s) {odd} not known to nodegc" if odd else None
+
+
+def _bridge(plugin: Mapping[str, Any], entry: CNICacheEntry, *, roots: Roots, identify: Identify,
+            td: dict[str, Any]) -> str | None:
+    bridge = plugin.get("bridge") or "cni0"
+    if not isinstance(bridge, str):
+        return "bridge name is not a string"
+    td["bridge"] = bridge
+    if plugin.get("ipMasq"):
+        td["chains"].append(chain_name(entry.network, entry.container_id))
+    ipam = plugin.get("ipam")
+    if ipam is None:
+        return None
+    if not isinstance(ipam, dict) or ipam.get("type") != "host-local":
+        return f"IPAM {ipam.get('type') if isinstance(ipam, dict) else ipam!r} is not host-local"
+    why = _odd_options("host-local", ipam) or identify("host-local")
+    if why:
+        return why
+    data_dir = ipam.get("dataDir") or HOST_LOCAL_DEFAULT_DIR
+    if not isinstance(data_dir, str):
+        return "host-local dataDir is not a string"
+    ours = os.path.join(os.fsdecode(roots.cni_data_dir), "networks")
+    if os.path.realpath(data_dir) != os.path.realpath(ours):
+        return f"host-local keeps its files in {data_dir}, not in {ours}"
+    if "/" in entry.network or entry.network in (".", ".."):
+        return f"network name {entry.network!r} is no directory name"
+    td["ipam_dir"] = os.path.join(ours, entry.network)
+    return None
+
+
+# --- which binaries are the reference plugins -----------------------------------------------------------
+
+
+def identifier(cni_bin_dirs: Sequence[Path]) -> Identify:
+    """An `Identify` over these directories. A reference plugin run without CNI_COMMAND prints
+    `CNI <type> plugin <version>` (on stderr); the answer is kept per binary (path, inode, size, mtime)."""
+
+    def identify(kind: str) -> str | None:
+        try:
+            binary = find_plugin(kind, cni_bin_dirs)
+            st = os.stat(binary)
+        except (CNIError, OSError) as e:
+            return f"plugin {kind}: {e}"
+        return _about(str(binary), kind, st.st_ino, st.st_size, st.st_mtime_ns)
+
+    return identify
+
+
+@functools.lru_cache(maxsize=64)
+def _about(binary: str, kind: str, _inode: int, _size: int, _mtime_ns: int) -> str | None:
+    try:
+        proc = subprocess.run([binary], env={}, stdin=subprocess.DEVNULL, capture_output=True,
+                              timeout=_ABOUT_TIMEOUT, check=False)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"plugin {kind}: cannot ask {binary} what it is: {e}"
+    about = proc.stderr or proc.stdout  # skel prints it on stderr
+    if proc.returncode != 0 or not about.startswith(f"CNI {kind} plugin ".encode()):
+        return f"{binary} does not introduce itself as the reference {kind} plugin"
+    return None
+
+
+# --- doing it, for a whole batch ------------------------------------------------------------------------
+
+
+@dataclass
+class _Progress:
+    teardown: Teardown
+    result: Mapping[str, Any] | None = None
+    done: list[str] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    final: Outcome | None = None
+    """Set when the attachment was not touched at all (gone, changed, unreadable)."""
+
+
+def tear_down(teardowns: Sequence[Teardown], *, roots: Roots, timeout: float = 30.0,
+              iptables_backend: str = "auto") -> list[Outcome]:
+    """Undo each attachment as its plugins' DEL would, all at once; one outcome per teardown, in order.
+
+    Steps go in the plugins' order of consequence: the reservations, then the links, then the rules; a step
+    that fails for one attachment fails that attachment only (the engine retries it), never the others.
+    """
+    deadline = time.monotonic() + timeout
+    work = [_Progress(t) for t in teardowns]
+    for p in work:
+        _verify(p)
+    live = [p for p in work if p.final is None]
+    holders = _release_reservations(live, deadline=deadline)
+    _delete_links(live, net_ns=roots.net_ns)
+    _remove_rules(live, holders, net_ns=roots.net_ns, deadline=deadline, backend=iptables_backend)
+    out: list[Outcome] = []
+    for p in work:
+        if p.final is not None:
+            out.append(p.final)
+        elif p.failures:
+            out.append(Outcome.failed("direct teardown incomplete, cache entry kept: " + "; ".join(p.failures)))
+        else:
+            what = ", ".join(p.done) if p.done else "nothing was left"
+            out.append(Outcome.done(f"torn down directly as {'+'.join(p.teardown.plugins)} DEL would: {what}; "
+                                    "cache entry kept until the sandbox's other leftovers are gone"))
+    return out
+
+
+def _verify(p: _Progress) -> None:
+    try:
+        doc = reread(p.teardown.entry)
+    except Gone:
+        p.final = Outcome.gone("cache entry already removed")
+        return
+    except Changed as e:
+        p.final = Outcome.changed(str(e))
+        return
+    except ValueError as e:
+        p.final = Outcome.failed(f"cache entry unreadable: {e}")
+        return
+    result = doc.get("result")
+    p.result = result if isinstance(result, dict) else None
+
+
+def _release_reservations(work: Sequence[_Progress], *, deadline: float) -> dict[str, dict[str, str]]:
+    """host-local's ReleaseByID for every attachment, one lock per network directory. Returns, per
+    directory, who holds each address afterwards (ip -> container id), for the firewall step."""
+    by_dir: dict[str, list[_Progress]] = {}
+    for p in work:
+        if p.teardown.ipam_dir is not None:
+            by_dir.setdefault(p.teardown.ipam_dir, []).append(p)
+    holders: dict[str, dict[str, str]] = {}
+    for net_dir, members in by_dir.items():
+        holders[net_dir] = _release_in(net_dir, members, deadline=deadline)
+    return holders
+
+
+def _release_in(net_dir: str, members: Sequence[_Progress], *, deadline: float) -> dict[str, str]:
+    wanted = {p.teardown.entry.container_id: p for p in members}
+    held: dict[str, str] = {}
+    try:
+        locked = lock_network_dir(net_dir, timeout=max(deadline - time.monotonic(), 0.1))
+    except FileNotFoundError:
+        return held  # no directory, no reservation
+    except OSError as e:
+        for p in members:
+            p.failures.append(f"cannot lock {net_dir}: {e.strerror or e}")
+        return held
+    if locked is None:
+        for p in members:
+            p.failures.append(f"host-local lock of {net_dir} busy")
+        return held
+    dir_fd, lock_fd = locked
+    try:
+        with os.scandir(dir_fd) as it:
+            names = sorted(e.name for e in it if e.is_file(follow_symlinks=False))
+        for name in names:
+            if name == IPAM_LOCK_NAME or name.startswith(LAST_RESERVED_PREFIX):
+                continue
+            path = os.path.join(net_dir, name)
+            try:
+                small = read_small_file(path, limit=MAX_RESERVATION_BYTES)
+                cid, ifname, legacy = parse_reservation(small.content)
+            except (FileReadError, ValueError):
+                held[name] = "?"  # unreadable: someone may hold it
+                continue
+            owner = wanted.get(cid or "")
+            if owner is None or not (legacy or ifname == owner.teardown.entry.ifname):
+                held[name] = cid or "?"
+                continue
+            try:
+                os.unlink(name, dir_fd=dir_fd)
+            except FileNotFoundError:
+                continue
+            except OSError as e:
+                owner.failures.append(f"cannot release {name}: {e.strerror or e}")
+                held[name] = cid or "?"
+                continue
+            owner.done.append(f"released {name}")
+    except OSError as e:
+        for p in members:
+            p.failures.append(f"cannot list {net_dir}: {e.strerror or e}")
+    finally:
+        os.close(lock_fd)
+        os.close(dir_fd)
+    return held
+
+
+def _cached_links(p: _Progress) -> list[tuple[str, str | None, str]]:
+    """(name, MAC, kind) of the host devices the attachment's plugins made: the bridge's veth from the cached
+    result, and the bandwidth plugin's ifb."""
+    out: list[tuple[str, str | None, str]] = []
+    td = p.teardown
+    if td.bridge is not None and p.result is not None:
+        for iface in p.result.get("interfaces") or []:
+            if isinstance(iface, dict) and "sandbox" not in iface and iface.get("name") != td.bridge:
+                name, mac = iface.get("name"), iface.get("mac")
+                if isinstance(name, str) and name:
+                    out.append((name, mac.lower() if isinstance(mac, str) else None, "veth"))
+                break
+    if td.ifb is not None:
+        out.append((td.ifb, None, "ifb"))
+    return out
+
+
+def _delete_links(work: Sequence[_Progress], *, net_ns: Path | None) -> None:
+    wanted = [(p, name, mac, kind) for p in work for name, mac, kind in _cached_links(p)]
+    if not wanted:
+        return
+    try:
+        with RtnlSocket.open(net_ns) as rtnl:
+            links, _unreadable = rtnl.dump_links()
+            by_name: dict[str, RawLink] = {link.name: link for link in links if link.name is not None}
+            todo: list[tuple[_Progress, str, RawLink]] = []
+            for p, name, mac, kind in wanted:
+                link = by_name.get(name)
+                if link is None:
+                    continue  # gone with its namespace, or never made
+                if link.kind != kind or (mac is not None and link.mac is not None and link.mac != mac):
+                    p.done.append(f"left {name} alone (now a {link.kind or 'link'} {link.mac or ''}, not ours)")
+                    continue
+                todo.append((p, name, link))
+            answers = delete_together(rtnl, [link for _, _, link in todo])
+    except (NetlinkError, OSError) as e:
+        for p in {id(p): p for p, *_ in wanted}.values():
+            p.failures.append(f"netlink: {e}")
+        return
+    for (p, name, _), answer in zip(todo, answers, strict=True):
+        if answer is None:
+            p.done.append(f"deleted {name}")
+        elif answer.code not in (errno.ENODEV, errno.ENOENT):
+            p.failures.append(f"cannot delete {name}: {answer}")
+
+
+def _remove_rules(work: Sequence[_Progress], holders: dict[str, dict[str, str]], *, net_ns: Path | None,
+                  deadline: float, backend: str) -> None:
+    targets: list[RuleTarget] = []
+    owner_of: dict[str, _Progress] = {}
+    for p in work:
+        entry = p.teardown.entry
+        key = entry.container_id
+        owner_of[key] = p
+        for name in p.teardown.chains:
+            targets.append(RuleTarget(key=key, owner=(entry.network, entry.container_id), chain=name))
+        if p.teardown.firewall:
+            held = holders.get(p.teardown.ipam_dir or "", {})
+            for ip in entry.ips:
+                if held.get(ip, entry.container_id) != entry.container_id:
+                    p.done.append(f"kept the firewall rules of {ip} (now held by {held[ip][:12]})")
+                    continue
+                targets += [RuleTarget(key=key, owner=None, rule=r, family=fam) for fam, r in _firewall_rules(ip)]
+    if not targets:
+        return
+    for key, outcome in remove_targets(targets, net_ns=net_ns, deadline=deadline, backend=backend).items():
+        p = owner_of[key]
+        if outcome.ok:
+            if not outcome.already_gone:
+                p.done.append(outcome.detail)
+        elif outcome.identity_changed:
+            p.done.append(f"left a rule alone: {outcome.detail}")
+        else:
+            p.failures.append(outcome.detail)
+
+
+def _firewall_rules(ip: str) -> list[tuple[int, str]]:
+    """The firewall plugin's two rules per address, as iptables-save prints them."""
+    family, plen = (1, 128) if ":" in ip else (0, 32)
+    return [
+        (family, f"-A {_FORWARD_CHAIN} -d {ip}/{plen} -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT"),
+        (family, f"-A {_FORWARD_CHAIN} -s {ip}/{plen} -j ACCEPT"),
+    ]
+
