@@ -78,7 +78,8 @@ ROWS: tuple[tuple[str, tuple[Panel, ...]], ...] = (
                       "{{result}}"),), unit="ops"),
         Panel("Actions blocked by reason",
               "Cycles whose destructive steps were refused, by reason. stale_source, source_unavailable and "
-              "blast_radius stop every reclaim on the node; rate_limit and reverification are routine.",
+              "blast_radius stop every reclaim on the node; runtime_unavailable holds back what needs the container "
+              "runtime; rate_limit and reverification are routine.",
               (Target(f"sum by (node, reason) (increase(nodegc_actions_blocked_total{{{AGENT}}}"
                       "[$__rate_interval]))", "{{node}} {{reason}}"),)),
         Panel("Protected resources",

@@ -139,6 +139,11 @@ def run_loop(
         except LedgerError as e:
             heartbeat.cycle_finished(error=str(e))
             log.error("ledger error; nothing destructive this cycle", error=str(e))
+        except Exception as e:
+            # A bug or an input no reader foresaw must not stop the agent: the ledger resumes any step
+            # that was in flight, /readyz turns red, and the traceback is in the log.
+            heartbeat.cycle_finished(error=f"{type(e).__name__}: {e}")
+            log.exception("cycle failed; the next cycle starts from the ledger", error=f"{type(e).__name__}: {e}")
         cycles += 1
         if max_cycles and cycles >= max_cycles:
             return

@@ -28,6 +28,9 @@ LEDGER_RETENTION_SECONDS = 30 * 86400.0
 # -- scan ------------------------------------------------------------------------------------------
 MIN_AGE_SECONDS = 60.0
 """Resources younger than this are protected: the creation race (reservation before pod status)."""
+ADD_SETTLE_SECONDS = 300.0
+"""A host-local reservation without a cache entry is kept at least this long: the entry is written when
+CNI ADD ends, and an ADD may run until the kubelet's runtime request timeout (2 minutes by default)."""
 COMMAND_TIMEOUT_SECONDS = 30.0
 IPTABLES_BACKEND = "auto"
 """Which iptables holds the node's rules: detected (hint chains, then rule counts), as kube-proxy does."""
@@ -38,6 +41,8 @@ RUNTIME_ENDPOINT = "unix:///run/containerd/containerd.sock"
 """The kubelet's and crictl's default; CRI-O: unix:///var/run/crio/crio.sock."""
 RUNTIME_TIMEOUT_SECONDS = 10.0
 """Upper bound for one CRI call."""
+RUNTIME_STATE_DIR = "/run/containerd"
+"""containerd's state directory (sandbox dirs, task bundles, shim sockets); its leftovers are reported."""
 RUNNING_ORPHAN_GRACE_SECONDS = 600.0
 """A READY sandbox's pod must be absent from the API this long before it is reported (and, on opt-in, stopped)."""
 

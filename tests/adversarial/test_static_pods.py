@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import replace
+from datetime import timedelta
 from pathlib import Path
 
 from nodegc.inventory.static_pods import scan_static_pods
@@ -33,7 +34,10 @@ def test_directory_whose_containers_do_not_fit_any_manifest_is_residue() -> None
 
 
 def test_a_mirrored_manifest_protects_nothing_else() -> None:
-    mirror = replace(pod("etcd-n1", "u-mirror", ns="kube-system"), static_uid=HASH)
+    """An older directory that fits the manifest (the pod before the manifest was last edited) is residue
+    once the mirror pod is newer than it."""
+    mirror = replace(pod("etcd-n1", "u-mirror", ns="kube-system"), static_uid=HASH,
+                     created_at=NOW - timedelta(seconds=60))
     inv = Inventory(taken_at=NOW, pod_dirs=(pod_dir(HASH), replace(pod_dir("u-gone"), container_names=("etcd",))),
                     static_pods=(ETCD,))
     classes = {f.id: f.cls for f in correlate(inv, desired(mirror), now=NOW)}

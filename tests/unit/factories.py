@@ -34,7 +34,7 @@ def cache(cid: str, *, uid: str | None, name: str = "p", ip: str = "10.0.0.2", n
 
 def netns(cid: str, *, mounted: bool = True, addresses: tuple[str, ...] = (), mtime: float = OLD) -> NetnsEntry:
     return NetnsEntry(name=f"cni-{cid}", path=f"/run/netns/cni-{cid}", mounted=mounted, ns_inode=7 if mounted else None,
-                      mtime=mtime, addresses=addresses)
+                      mtime=mtime, addresses=addresses, addresses_read=mounted)
 
 
 def veth(cid: str, name: str = "veth0") -> VethLink:

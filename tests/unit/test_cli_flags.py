@@ -216,3 +216,12 @@ def test_bash_completion_completes(tmp_path: Path) -> None:
     out = subprocess.run(["bash", "-c", probe], capture_output=True, text=True, timeout=60, check=True)
     lines = out.stdout.splitlines()
     assert lines == ["clean", "table json yaml", "--consecutive-scans"], out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("command", ["scan", "clean", "agent", "history", "explain", "controller"])
+def test_no_flag_states_its_default_twice(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    for chunk in out.split(" --")[1:]:
+        assert chunk.count("default:") <= 1, chunk

@@ -223,3 +223,7 @@ def test_blocked_condition_names_the_refusal_and_ignores_throttling() -> None:
     assert (c.status, c.reason) == ("True", "StaleDesiredState") and "300s old" in c.message
     blocked, pressure = node_conditions(["blast_radius: 60% of owners orphaned"], [])
     assert blocked.reason == "BlastRadiusGuard" and pressure.status == "False"
+    runtime = reclaim_blocked(["runtime_unavailable: no socket", "stale_source: 300s old"])
+    assert runtime.reason == "StaleDesiredState"
+    runtime = reclaim_blocked(["runtime_unavailable: the runtime lists no sandbox"])
+    assert runtime.reason == "ContainerRuntimeUnavailable" and "container runtime's word" in runtime.message

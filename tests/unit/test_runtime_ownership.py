@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import datetime, timedelta
 
 from hypothesis import given, settings
@@ -62,10 +63,16 @@ def test_id_only_file_of_an_unknown_sandbox_is_residue() -> None:
     inv = Inventory(taken_at=NOW,
                     ip_reservations=(reservation("10.0.0.9", "dead"), reservation("10.0.0.3", "new")),
                     cni_cache=(cache("new", uid="u1", ip="10.0.0.3"),),
-                    runtime=view(sandbox("new", "u1", ips=("10.0.0.3",))))
-    # A pod still starting makes today's rules protect the id-only file; the runtime settles it.
+                    runtime=view(sandbox("new", "u1", ips=("10.0.0.3",)),
+                                 sandbox("boot", "u2", ready=False, name="starting")))
+    # A pod still starting makes today's rules protect the id-only file; the runtime settles it, once it
+    # shows the starting pod's sandbox (it lists a sandbox only after its CNI ADD).
     out = run(inv, pod("web", "u1", ip="10.0.0.3"), pod("starting", "u2", phase="Pending"))
     assert out[ip_key("10.0.0.9")].cls is FindingClass.LEAKED_IP
+    # Before that, the starting pod's ADD may be this very reservation's.
+    inv = dataclasses.replace(inv, runtime=view(sandbox("new", "u1", ips=("10.0.0.3",))))
+    out = run(inv, pod("web", "u1", ip="10.0.0.3"), pod("starting", "u2", phase="Pending"))
+    assert out[ip_key("10.0.0.9")].cls is FindingClass.PROTECTED
 
 
 def test_young_or_foreign_unknown_ids_are_kept() -> None:

@@ -254,7 +254,7 @@ class Reflector(Generic[T]):
                     self._relist()
                     need_list = False
                     failures = 0
-                    next_resync = time.monotonic() + self._resync * (1.0 + RESYNC_JITTER * self._rng.random())
+                    next_resync = time.monotonic() + self.resync_delay()
                 if time.monotonic() >= next_resync:
                     self._count("resyncs")
                     need_list = True
@@ -291,6 +291,10 @@ class Reflector(Generic[T]):
                 self._note_error(f"watch failed: {detail}")
                 log.info("watch broke; resuming", cache=self.what, error=detail, resource_version=self._rv)
                 self._backoff(failures)
+
+    def resync_delay(self) -> float:
+        """Seconds until the next periodic relist: the resync period stretched by a random 0 to 20 %."""
+        return self._resync * (1.0 + RESYNC_JITTER * self._rng.random())
 
     def _backoff(self, failures: int) -> None:
         self._stopping.wait(backoff_delay(failures, base=self._retry, cap=self._max_retry, rng=self._rng))

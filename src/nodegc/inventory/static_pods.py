@@ -60,7 +60,10 @@ def _manifest(path: str, content: bytes) -> StaticPodManifest:
     uid = meta.get("uid")
     containers: list[str] = []
     for key in ("initContainers", "containers"):
-        for c in spec.get(key) or []:
+        listed = spec.get(key) or []
+        if not isinstance(listed, list):
+            raise ValueError(f"spec.{key} is not a list")
+        for c in listed:
             if isinstance(c, Mapping) and isinstance(c.get("name"), str):
                 containers.append(c["name"])
     return StaticPodManifest(path=path, namespace=str(namespace), name=name,

@@ -1,9 +1,10 @@
 """What the node's conditions say after a cycle (pure): refused reclaim, and IP ranges running out.
 
 A refusal on a stale or unavailable desired state, or by the blast-radius guard, means residue stays on
-the node however long it lasts; `rate_limit` and `reverification` are normal throttling and doubt, not a
-condition. A range is under pressure when its forecast says it is full within `exhaustion_seconds`, or
-when it is already `usage_ratio` full.
+the node however long it lasts (an unreadable container runtime holds back what needs its word);
+`rate_limit` and `reverification` are normal throttling and doubt, not a condition. A range is under
+pressure when its forecast says it is full within `exhaustion_seconds`, or when it is already
+`usage_ratio` full.
 """
 
 from __future__ import annotations
@@ -19,7 +20,10 @@ BLOCKING = {
     "stale_source": "StaleDesiredState",
     "source_unavailable": "DesiredStateUnavailable",
     "blast_radius": "BlastRadiusGuard",
+    "runtime_unavailable": "ContainerRuntimeUnavailable",
 }
+PARTIAL = frozenset({"runtime_unavailable"})
+"""Refusals that hold back only what needs the container runtime's word; the others stop every reclaim."""
 MAX_MESSAGE = 512
 
 
@@ -31,11 +35,12 @@ class PressurePolicy:
 
 def reclaim_blocked(blocked: Sequence[str]) -> NodeCondition:
     """From the cycle's refusals ("reason: message"); the first blocking one names the condition."""
-    for entry in blocked:
-        reason, _, message = entry.partition(": ")
+    found = [entry.partition(": ") for entry in blocked]
+    for reason, _, message in sorted(found, key=lambda f: f[0] in PARTIAL):  # a full refusal names it first
         if reason in BLOCKING:
-            return NodeCondition(RECLAIM_BLOCKED, "True", BLOCKING[reason],
-                                 _cut(f"nodegc reclaims nothing on this node: {message}"))
+            what = ("nodegc reclaims nothing that needs the container runtime's word" if reason in PARTIAL
+                    else "nodegc reclaims nothing on this node")
+            return NodeCondition(RECLAIM_BLOCKED, "True", BLOCKING[reason], _cut(f"{what}: {message}"))
     return NodeCondition(RECLAIM_BLOCKED, "False", "ReclaimAllowed", "nodegc can reclaim residue on this node")
 
 

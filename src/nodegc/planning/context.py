@@ -14,7 +14,7 @@ from nodegc import defaults
 from nodegc.model.findings import Finding, FindingClass
 from nodegc.model.pods import DesiredState, OwnerState, Pod
 from nodegc.model.resources import Inventory, IPReservation, Kind, NetnsEntry, StaticPodManifest
-from nodegc.planning.owners import CacheIndex, PodIndex, netns_key, resolve_cache_owner
+from nodegc.planning.owners import CacheIndex, PodIndex, netns_key, normalize_ip, resolve_cache_owner
 
 HOLDING = frozenset({OwnerState.LIVE, OwnerState.PENDING, OwnerState.UNKNOWN})
 """Owner states in which the resource may be in use."""
@@ -24,6 +24,12 @@ GONE = frozenset({OwnerState.TERMINAL, OwnerState.ABSENT})
 @dataclass(frozen=True)
 class CorrelationPolicy:
     min_age_seconds: float = defaults.MIN_AGE_SECONDS
+    add_settle_seconds: float = defaults.ADD_SETTLE_SECONDS
+    """A reservation no cache entry explains is kept this long (counted back from the photo): its ADD may
+    still be running. Never less than the minimum age."""
+    runtime_gave_up: frozenset[str] = frozenset()
+    """NotReady sandboxes whose removal through the runtime failed repeatedly (its teardown, CNI DEL, keeps
+    failing): the runtime has had its turn, and their network parts are judged as if it did not know them."""
 
 
 @dataclass
@@ -52,7 +58,13 @@ class Context:
     unreadable_cache: tuple[str, ...] = ()
     """File names of cache entries that exist but could not be read."""
     netns_by_key: dict[str, NetnsEntry] = field(default_factory=dict)
+    netns_unreadable: frozenset[str] = frozenset()
+    """Paths of netns files the scan reported a problem for (their addresses, say, could not be read)."""
+    cache_findings: dict[str, Finding] = field(default_factory=dict)
+    """Findings of the cache entries by path, once the network domain has made them."""
     unmirrored: list[StaticPodManifest] = field(default_factory=list)
+    mirrored: list[tuple[StaticPodManifest, Pod]] = field(default_factory=list)
+    """Manifests with their mirror pod in the desired state: the mirror may lag behind an edited manifest."""
     """Static pod manifests whose mirror pod the desired state does not show (or that cannot be read)."""
 
     @classmethod
@@ -62,7 +74,9 @@ class Context:
         explained: set[str] = set()
         for entry in inv.cni_cache:
             res = resolve_cache_owner(entry, pods)
-            if res.pod is not None:
+            # An entry accounts for the pod's current sandbox only when it holds the address the pod's status
+            # shows: an old sandbox's entry says nothing about a new one still being set up.
+            if res.pod is not None and (not res.pod.pod_ips or _ips(entry.ips) & _ips(res.pod.pod_ips)):
                 explained.add(res.pod.uid)
         unaccounted = [p for p in desired.pods if p.state is OwnerState.LIVE and not p.host_network
                        and p.uid not in explained]
@@ -71,14 +85,29 @@ class Context:
         return cls(inv=inv, desired=desired, pods=pods, cache=cache, now=now.timestamp(),
                    photo=desired.fetched_at.timestamp(), policy=policy, unaccounted=unaccounted,
                    unreadable_cache=unreadable, netns_by_key=by_key,
-                   unmirrored=[m for m in inv.static_pods if not _mirrored(m, desired, pods)])
+                   netns_unreadable=frozenset(pr.path for pr in inv.problems if pr.kind is Kind.NETNS),
+                   unmirrored=[m for m in inv.static_pods if _mirror_of(m, desired, pods) is None],
+                   mirrored=[(m, p) for m in inv.static_pods if (p := _mirror_of(m, desired, pods)) is not None])
 
     def static_owner(self, *, uid: str | None, namespace: str | None = None, name: str | None = None,
-                     containers: tuple[str, ...] | None = None) -> str | None:
-        """Why a static pod the kubelet runs without a mirror in the desired state may own this, or None.
+                     containers: tuple[str, ...] | None = None, mtime: float | None = None) -> str | None:
+        """Why a static pod the kubelet runs from a manifest may own this absent owner's resource, or None.
 
         The kubelet names a static pod by a config hash nodegc cannot recompute, so a manifest ties by its
-        explicit uid, its mirror name, or (for a pod directory) container names that fit the manifest."""
+        explicit uid, its mirror name, or (for a pod directory) container names that fit the manifest. A
+        mirror pod in the desired state may lag behind an edited manifest (it shows the old hash): its name
+        on another UID, or a directory that fits the manifest and is newer than the mirror, is kept too."""
+        for m, mirror in self.mirrored:
+            if uid is None or uid in (mirror.uid, mirror.static_uid):
+                continue
+            if namespace == mirror.namespace and name == mirror.name:
+                return (f"named {namespace}/{name}, the mirror of static pod manifest {m.path}, whose mirror pod still"
+                        f" shows config hash {mirror.static_uid}: the kubelet may run the edited manifest as {uid}")
+            born = mirror.created_at.timestamp() if mirror.created_at else None
+            if containers is not None and set(containers) <= set(m.containers) and (
+                    born is None or mtime is None or mtime >= born):
+                return (f"its containers fit static pod manifest {m.path} and it is newer than the mirror pod"
+                        f" {mirror.namespace}/{mirror.name}: the mirror may lag behind an edited manifest")
         for m in self.unmirrored:
             if m.name is None:
                 return f"static pod manifest {m.path} cannot be read; it may declare this pod"
@@ -121,12 +150,17 @@ class Context:
         return f"pods still starting on this node (not Running with an IP) may own it: {names}"
 
 
-def _mirrored(m: StaticPodManifest, desired: DesiredState, pods: PodIndex) -> bool:
+def _ips(raw: tuple[str, ...]) -> set[str]:
+    return {ip for ip in (normalize_ip(x) for x in raw) if ip}
+
+
+def _mirror_of(m: StaticPodManifest, desired: DesiredState, pods: PodIndex) -> Pod | None:
     if m.name is None:
-        return False
+        return None
     if m.uid is not None and m.uid in pods.by_uid:
-        return True
-    return any(p.static_uid for p in pods.by_name.get((m.namespace or "default", f"{m.name}-{desired.node}"), []))
+        return pods.by_uid[m.uid]
+    mirrors = [p for p in pods.by_name.get((m.namespace or "default", f"{m.name}-{desired.node}"), []) if p.static_uid]
+    return mirrors[0] if mirrors else None
 
 
 def reclass(finding: Finding, cls: FindingClass, note: str) -> Finding:

@@ -27,7 +27,8 @@ def _pod_dir(ctx: Context, pod_dir: PodDir) -> None:
     evidence = res.evidence
     static = None
     if res.state is OwnerState.ABSENT:
-        static = ctx.static_owner(uid=pod_dir.uid, containers=pod_dir.container_names)
+        static = ctx.static_owner(uid=pod_dir.uid, namespace=res.owner.namespace, name=res.owner.name,
+                                  containers=pod_dir.container_names, mtime=pod_dir.mtime)
     if static is not None:
         cls = FindingClass.PROTECTED
         evidence += (static,)

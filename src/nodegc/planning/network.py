@@ -37,6 +37,7 @@ def correlate_network(ctx: Context) -> None:
     _status_conflicts(ctx, reserved_ips)
     for entry in ctx.inv.cni_cache:
         _cache_entry(ctx, entry)
+    ctx.cache_findings = {f.id: f for f in ctx.findings if f.kind is Kind.CNI_CACHE}
     for ns in ctx.inv.netns:
         _netns(ctx, ns)
     for link in ctx.inv.veths:
@@ -158,7 +159,8 @@ def _reservation_without_cache(
         tied = Owner(uid=pod.uid, namespace=pod.namespace, name=pod.name, container_id=r.container_id)
         return Finding(FindingClass.IN_USE, Kind.IP_RESERVATION, where, tied, pod.state,
                        (*evidence, f"status of {pod.namespace}/{pod.name} claims {r.ip}"), ip=r.ip)
-    keep = _unreadable_entry(ctx, r.container_id) or ctx.pending_note() or _unaccounted_note(ctx)
+    keep = (_unreadable_entry(ctx, r.container_id) or _settling(ctx, r) or ctx.pending_note()
+            or _unaccounted_note(ctx) or _static_network_note(ctx) or _unexplained_pod_dir_note(ctx))
     if keep:
         return Finding(FindingClass.PROTECTED, Kind.IP_RESERVATION, where, owner, OwnerState.UNKNOWN,
                        (*evidence, keep), ip=r.ip)
@@ -185,6 +187,35 @@ def _unreadable_entry(ctx: Context, container_id: str | None) -> str | None:
     for name in ctx.unreadable_cache:
         if f"-{container_id}-" in name:
             return f"cache entry {name} of this container exists but cannot be read"
+    return None
+
+
+def _settling(ctx: Context, r: IPReservation) -> str | None:
+    """The cache entry is written when ADD ends; until the kubelet would have given up on the ADD, a
+    reservation without one may be a sandbox still being set up."""
+    settle = max(ctx.policy.add_settle_seconds, ctx.policy.min_age_seconds)
+    if r.mtime < min(ctx.now, ctx.photo) - settle:
+        return None
+    return f"no cache entry yet and {ctx.now - r.mtime:.0f}s old: its CNI ADD may still run (kept {settle:.0f}s)"
+
+
+def _static_network_note(ctx: Context) -> str | None:
+    """A static pod without a mirror in the desired state, not on the host network (or one whose manifest
+    cannot be read), may own any reservation no cache entry explains."""
+    for m in ctx.unmirrored:
+        if m.name is None or not m.host_network:
+            what = "cannot be read" if m.name is None else f"declares {m.namespace}/{m.name} off the host network"
+            return f"static pod manifest {m.path} {what}, and the desired state shows no mirror pod for it"
+    return None
+
+
+def _unexplained_pod_dir_note(ctx: Context) -> str | None:
+    """A pod directory whose owner the desired state lacks and no cache entry names: if the list left a
+    live pod out, its sandbox's reservations are ones no cache entry explains. They wait until that
+    directory is gone (terminate's live GET keeps it while the pod exists)."""
+    for pod_dir in ctx.inv.pod_dirs:
+        if pod_dir.uid not in ctx.pods.by_uid and pod_dir.uid not in ctx.cache.by_uid:
+            return f"pod directory {pod_dir.path} of a pod the desired state lacks is still there"
     return None
 
 
@@ -234,7 +265,9 @@ def _shared_netns(ctx: Context, entry: CNICacheEntry, owner_uid: str | None) -> 
         if other is entry:
             continue
         res = resolve_cache_owner(other, ctx.pods)
-        if res.state in HOLDING and res.owner.uid != owner_uid:
+        # Another sandbox (container id) naming the namespace while its owner may hold it: the owner UIDs
+        # may both be missing (name-only entries), so the sandbox, not the UID, tells them apart.
+        if res.state in HOLDING and (other.container_id != entry.container_id or res.owner.uid != owner_uid):
             return f"its netns {entry.netns} is also named by {res.owner.label()}'s sandbox"
     return None
 
@@ -244,6 +277,8 @@ def _netns_held(ctx: Context, netns: str | None, owner_uid: str | None) -> str |
     claims makes it that pod's; an address that none of the entries naming it lists makes it someone's."""
     key = netns_key(netns)
     ns = ctx.netns_by_key.get(key) if key else None
+    if ns is not None and ns.mounted and not ns.addresses_read and ns.path in ctx.netns_unreadable:
+        return f"the addresses inside netns {ns.path} could not be read; nothing acts inside it blind"
     if ns is None or not ns.addresses:
         return None
     for address in ns.addresses:
@@ -302,6 +337,11 @@ def _netns(ctx: Context, ns: NetnsEntry) -> None:
         else:
             cls = FindingClass.IN_USE if holding else FindingClass.LEAKED_NETNS
         finding = Finding(cls, Kind.NETNS, ns.path, res.owner, res.state, evidence, netns=ns.path)
+        kept = [f for e in entries if (f := ctx.cache_findings.get(e.path)) is not None and not f.cls.is_residue]
+        if finding.cls.is_residue and kept:
+            # Two sandboxes name it: it goes only when every entry naming it goes.
+            finding = reclass(finding, FindingClass.PROTECTED,
+                              f"cache entry {kept[0].id} naming it is {kept[0].cls.value}")
     elif not ns.mounted:
         finding = Finding(FindingClass.LEAKED_NETNS, Kind.NETNS, ns.path, Owner(), OwnerState.ABSENT,
                           ("not a mounted namespace: an empty leftover file",), netns=ns.path)

@@ -103,6 +103,10 @@ class _Runtime:
             self.by_pod[sb.pod_uid].append(sb)
         for sbs in self.by_pod.values():
             sbs.sort(key=lambda s: (s.created_at.timestamp() if s.created_at else float("inf"), s.attempt))
+        self.live_containers: dict[str, int] = defaultdict(int)
+        for c in view.containers:
+            if c.state in ("running", "created"):
+                self.live_containers[c.sandbox_id] += 1
         self.by_netns = {b: sb for sb in view.sandboxes if (b := _base(sb.netns_path))}
         self.ready_ips = {ip for sb in view.sandboxes if sb.ready for ip in (normalize_ip(i) for i in sb.ips) if ip}
         photo = min(ctx.now, ctx.desired.fetched_at.timestamp())
@@ -120,6 +124,15 @@ class _Runtime:
         self.ctx.findings[:] = revised
         for sb in self.view.sandboxes:
             self.ctx.add(self._sandbox(sb))
+        known = set(self.by_id) | {c.id for c in self.view.containers}
+        for left in self.view.leftovers:
+            if (left.id in self.by_netns) if left.what == "netns" else (left.id in known):
+                continue
+            state = "mounted" if left.mounted else f"pid {left.pid}" if left.pid else "not mounted"
+            self.ctx.add(Finding(FindingClass.RUNTIME_LEFTOVER, Kind.RUNTIME_LEFTOVER, left.path,
+                                 Owner(container_id=left.id if left.what != "netns" else None), OwnerState.ABSENT,
+                                 (f"{left.what} of id {short(left.id)} ({state}): the runtime lists no such"
+                                  " sandbox or container; reported, not reclaimed",)))
 
     # -- which sandbox an attachment belongs to -----------------------------------------------------
 
@@ -136,7 +149,10 @@ class _Runtime:
                 (e.container_id, e.mtime) for e in inv.cni_cache]:
             if cid:
                 mtimes[cid] = max(mtimes.get(cid, mt), mt)
-        ips = {**{cid: ips for (_, _), (cid, _, ips) in out.items() if cid}}
+        ips: dict[str, tuple[str, ...]] = {}
+        for cid, _, found in out.values():
+            if cid:  # every file of the container counts: a chain's rules may name any of its addresses
+                ips[cid] = tuple(dict.fromkeys((*ips.get(cid, ()), *found)))
         for ch in inv.chains:
             cid = ch.container_id
             out[(Kind.IPTABLES_CHAIN, ch.name)] = (cid, mtimes.get(cid or ""), ips.get(cid or "", ()))
@@ -147,7 +163,8 @@ class _Runtime:
             sb = self.by_netns.get(ns.name)
             entries = self.ctx.cache.by_netns.get(ns.name, [])
             cid = sb.id if sb else (entries[0].container_id if len({e.container_id for e in entries}) == 1 else None)
-            out[(Kind.NETNS, ns.path)] = (cid, ns.mtime, ns.addresses)
+            # Its addresses, and those of every cache entry naming it: a live pod's address keeps it.
+            out[(Kind.NETNS, ns.path)] = (cid, ns.mtime, (*ns.addresses, *(ip for e in entries for ip in e.ips)))
         netns_cid = {ns.path: out[(Kind.NETNS, ns.path)] for ns in inv.netns}
         for link in inv.veths:
             out[(Kind.VETH, link.name)] = netns_cid.get(link.peer_netns_path or "", (None, None, ()))
@@ -178,20 +195,48 @@ class _Runtime:
             note = f"sandbox {short(sb.id)} is NotReady but the newest of a pod still starting"
             return dataclasses.replace(f, cls=FindingClass.PROTECTED if f.cls.is_residue else f.cls, owner=owner,
                                        evidence=(*f.evidence, why, note))
+        if sb.id in self.ctx.policy.runtime_gave_up and f.kind in _RESIDUE_OF:
+            _, mtime, ips = self.cid_of.get((f.kind, f.id), (sb.id, None, ()))
+            judged = self._unknown_to_runtime(f, sb.id, mtime if mtime is not None else 0.0, ips)
+            return dataclasses.replace(judged, evidence=(*judged.evidence, f"the runtime failed to remove sandbox"
+                                                         f" {short(sb.id)} repeatedly: its turn is over"))
         # The runtime still holds the sandbox: its own teardown (StopPodSandbox runs CNI DEL) goes first.
         note = (f"sandbox {short(sb.id)} is NotReady and still held by the runtime; its parts wait until the"
                 " runtime has removed it (orphaned_sandbox)")
         cls = FindingClass.PROTECTED if f.cls.is_residue or f.cls is FindingClass.IN_USE else f.cls
         return dataclasses.replace(f, cls=cls, owner=owner, evidence=(*f.evidence, why, note))
 
-    def _unknown_to_runtime(self, f: Finding, cid: str, mtime: float | None, ips: tuple[str, ...]) -> Finding:
-        network = f.id.split("/", 1)[0] if f.kind is Kind.IP_RESERVATION else None
+    def _network_of(self, f: Finding, cid: str) -> str | None:
+        """The CNI network the attachment belongs to: its own record's, else its container's other files'."""
+        inv = self.ctx.inv
+        if f.kind is Kind.IP_RESERVATION:
+            return f.id.split("/", 1)[0]
         if f.kind is Kind.CNI_CACHE:
-            entry = next((e for e in self.ctx.inv.cni_cache if e.path == f.id), None)
-            network = entry.network if entry else None
-        if network is not None and network not in self.cri_networks:
-            return f  # no attachment of this network belongs to a sandbox the runtime knows: not its network
+            return next((e.network for e in inv.cni_cache if e.path == f.id), None)
+        if f.kind is Kind.IPTABLES_CHAIN:
+            chain = next((c for c in inv.chains if c.name == f.id), None)
+            if chain is not None and chain.network:
+                return chain.network
+        if f.kind is Kind.HOSTPORT_RULE:
+            rule = next((r for r in inv.hostport_rules if hostport_rule_id(r) == f.id), None)
+            if rule is not None and rule.network:
+                return rule.network
+        nets = {e.network for e in self.ctx.cache.by_container.get(cid, [])}
+        nets |= {r.network for r in inv.ip_reservations if r.container_id == cid}
+        return nets.pop() if len(nets) == 1 else None
+
+    def _unknown_to_runtime(self, f: Finding, cid: str, mtime: float | None, ips: tuple[str, ...]) -> Finding:
+        network = self._network_of(f, cid)
+        if network is None or network not in self.cri_networks:
+            # Not (provably) a network of the runtime's sandboxes: another CNI user's (nerdctl, podman, a
+            # VM), whose containers the runtime cannot know. Its word says nothing here.
+            return f
         why = f"container id {short(cid)} names no sandbox the runtime ({self._who()}) knows"
+        keep = self._netns_of_another_sandbox(f, cid) or self._add_may_run(f, cid, mtime)
+        if keep:
+            cls = FindingClass.CONFLICT if keep.startswith("its netns") else FindingClass.PROTECTED
+            return dataclasses.replace(f, cls=cls if f.cls.is_residue or f.cls is FindingClass.IN_USE else f.cls,
+                                       evidence=(*f.evidence, why, keep))
         normalized = [ip for ip in (normalize_ip(i) for i in ips) if ip]
         claimed = [ip for ip in normalized if ip in self.ctx.pods.claims or ip in self.ready_ips]
         if claimed:
@@ -205,6 +250,32 @@ class _Runtime:
         return dataclasses.replace(f, cls=_RESIDUE_OF[f.kind], owner=owner, sandbox=cid,
                                    owner_state=f.owner_state if f.owner_state is not OwnerState.UNKNOWN
                                    else OwnerState.ABSENT, evidence=(*f.evidence, why))
+
+    def _netns_of_another_sandbox(self, f: Finding, cid: str) -> str | None:
+        """A cache entry naming the netns of a sandbox the runtime knows (the live one after a reboot, or
+        another pod's): its CNI DEL would run inside that sandbox."""
+        if f.kind is not Kind.CNI_CACHE:
+            return None
+        sb = self.by_netns.get(_base(f.netns) or "")
+        if sb is None or sb.id == cid:  # its own NotReady sandbox's netns: where its teardown would run too
+            return None
+        return f"its netns {f.netns} is the runtime's sandbox {short(sb.id)}'s: a DEL there would cut it"
+
+    def _add_may_run(self, f: Finding, cid: str, mtime: float | None) -> str | None:
+        """While a sandbox is set up, the runtime lists it only once CNI ADD has finished (containerd adds
+        it to its store at the end of RunPodSandbox), and the cache entry is written at the end of ADD. So a
+        reservation without a cache entry, of a node with a starting pod the runtime shows no sandbox for,
+        or young enough for an ADD to still run, may be that sandbox's."""
+        if f.kind is not Kind.IP_RESERVATION or self.ctx.cache.by_container.get(cid):
+            return None
+        starting = [p for p in self.ctx.pods.unsettled if p.uid not in self.by_pod]
+        if starting:
+            return (f"pod {starting[0].namespace}/{starting[0].name} is starting and the runtime shows no sandbox"
+                    " for it yet: this may be its ADD")
+        settle = max(self.ctx.policy.add_settle_seconds, self.ctx.policy.min_age_seconds)
+        if mtime is None or mtime >= min(self.ctx.now, self.ctx.photo) - settle:
+            return f"no cache entry yet and younger than {settle:.0f}s: its CNI ADD may still run"
+        return None
 
     def _who(self) -> str:
         return f"{self.view.runtime_name or 'runtime'} {self.view.runtime_version or ''}".strip()
@@ -234,12 +305,16 @@ class _Runtime:
                 return finding(FindingClass.RUNNING_ORPHAN, "its pod is not in the API: reported, not stopped")
             return finding(FindingClass.IN_USE if pod is not None else FindingClass.PROTECTED,
                            "READY" if pod is not None else "its pod is not in the API yet or any more (young)")
-        running = [c for c in self.view.containers if c.sandbox_id == sb.id and c.state in ("running", "created")]
+        running = self.live_containers.get(sb.id, 0)
         if running:
-            return finding(FindingClass.UNKNOWN, f"NotReady, yet {len(running)} of its containers are not exited")
+            return finding(FindingClass.UNKNOWN, f"NotReady, yet {running} of its containers are not exited")
         if young:
             return finding(FindingClass.PROTECTED, "NotReady, but younger than the photographs allow to judge")
         if pod is None:
+            static = self.ctx.static_owner(uid=sb.pod_uid or None, namespace=sb.pod_namespace or None,
+                                           name=sb.pod_name or None)
+            if static is not None:
+                return finding(FindingClass.PROTECTED, static)
             return finding(FindingClass.ORPHANED_SANDBOX, "NotReady and its pod is not in the API", sandbox=sb.id)
         if pod.state is OwnerState.TERMINAL:
             return finding(FindingClass.ORPHANED_SANDBOX, f"NotReady and its pod is {pod.phase}", sandbox=sb.id)
