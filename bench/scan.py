@@ -1,8 +1,17 @@
 """Scan cost on sandbox nodes of 100, 500 and 1,000 pods, half of them leaving residue.
 
-Prints one JSON document: per size, the wall time of a full `scan_node` + `correlate`, and in the same
-run the bare reads a scan cannot avoid (mountinfo, the directory listings, one netlink link dump, one
-iptables-save). Run as root through `make bench` (private mount and network namespaces).
+Prints one JSON document. Per size:
+- `scan_seconds`: the median wall time of a full `scan_node` + `correlate`, as the agent runs them
+  scan after scan (an unchanged nf_tables ruleset is not dumped again, unchanged cache files are not
+  parsed again); `cold_scan_seconds` forgets both before each scan, as the first scan of a process;
+- `bare_reads_seconds`: in the same run, the reads a scan cannot avoid (mountinfo, the directory
+  listings, one netlink link dump, one iptables-save), and `scan_over_bare`, the ratio of the two;
+  `bare_reads_with_files_seconds` adds what a scan must read beyond listing (every reservation and
+  cache file, the pod directories two levels down, ip6tables-save);
+- `where_the_time_goes`: each reader and the correlation timed alone, one after the other (in a scan
+  iptables-save runs beside the file readers, so the parts add up to more than the scan);
+- `netlink_vs_pyroute2`: nodegc's link dump against a pyroute2 dump of the same links.
+Run as root through `make bench` (private mount and network namespaces).
 
     make bench                      # all sizes
     .venv/bin/python bench/scan.py --sizes 100 --repeat 3
@@ -32,8 +41,18 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from nodegc.desired.snapshot import SnapshotSource
+from nodegc.hostio.iptables_backend import commands as iptables_commands
+from nodegc.hostio.mountinfo import read_mounts
 from nodegc.hostio.netlink import RtnlSocket
+from nodegc.inventory import cni_cache as cni_cache_module
+from nodegc.inventory.cni_cache import scan_cni_cache
+from nodegc.inventory.cni_conf import scan_ranges
+from nodegc.inventory.cni_ipam import scan_ip_reservations
 from nodegc.inventory.cri.runtimes import forget_readers, runtime_reader
+from nodegc.inventory.iptables import forget_dumps, scan_iptables
+from nodegc.inventory.links import scan_veths
+from nodegc.inventory.netns import scan_netns
+from nodegc.inventory.pod_dirs import scan_pod_dirs
 from nodegc.inventory.scanning import scan_node
 from nodegc.model.pods import DesiredState
 from nodegc.observe.logs import configure_logging
@@ -60,7 +79,20 @@ def timed(fn: Callable[[], object], repeat: int) -> float:
     return statistics.median(samples)
 
 
+def _read_tree(path: Path, depth: int) -> None:
+    """List a directory and, below it, `depth` more levels; read the regular files met on the way."""
+    for entry in os.scandir(path):
+        if entry.is_dir(follow_symlinks=False):
+            if depth > 0:
+                _read_tree(Path(entry.path), depth - 1)
+        elif entry.is_file(follow_symlinks=False):
+            with open(entry.path, "rb") as f:
+                f.read()
+
+
 def bare_reads(node: SandboxNode) -> None:
+    """The reads the issue counts: mountinfo, the directory listings, one netlink link dump, one
+    iptables-save."""
     roots = node.roots
     Path("/proc/self/mountinfo").read_bytes()
     for d in (roots.kubelet_root / "pods", roots.cni_data_dir / "networks", roots.cni_data_dir / "results",
@@ -68,13 +100,73 @@ def bare_reads(node: SandboxNode) -> None:
         for entry in os.scandir(d):
             if entry.is_dir(follow_symlinks=False):
                 os.listdir(entry.path)
-    sock = RtnlSocket.open(roots.net_ns)  # the same netlink path the scan uses, so both pay alike
-    try:
+    with RtnlSocket.open(roots.net_ns) as sock:  # the same netlink path the scan uses, so both pay alike
         sock.dump_links()
-    finally:
-        sock.close()
     subprocess.run(["nsenter", f"--net={roots.net_ns}", "iptables-save"], capture_output=True, check=True,
                    timeout=60)
+
+
+def bare_reads_with_files(node: SandboxNode) -> None:
+    """Everything a scan has to read, not only list: the pod directories two levels down, every
+    reservation and cache file, a stat of every netns file, and both iptables families."""
+    roots = node.roots
+    Path("/proc/self/mountinfo").read_bytes()
+    for pod in os.scandir(roots.kubelet_root / "pods"):  # pods/<uid>/{volumes,plugins,containers}/<x>/<y>
+        for child in os.scandir(pod.path):
+            if child.is_dir(follow_symlinks=False):
+                for sub in os.scandir(child.path):
+                    if sub.is_dir(follow_symlinks=False):
+                        os.listdir(sub.path)
+    _read_tree(roots.cni_data_dir / "networks", 1)
+    _read_tree(roots.cni_data_dir / "results", 0)
+    for entry in os.scandir(roots.netns_dir):
+        os.lstat(entry.path)
+    with RtnlSocket.open(roots.net_ns) as sock:
+        sock.dump_links()
+    for cmd in ("iptables-save", "ip6tables-save"):
+        subprocess.run(["nsenter", f"--net={roots.net_ns}", cmd], capture_output=True, check=True, timeout=60)
+
+
+def readers(node: SandboxNode, desired: object, policy: CorrelationPolicy, repeat: int) -> dict[str, float]:
+    roots = node.roots
+    options = ScanOptions()
+    mounts, _ = read_mounts(roots.proc_root)
+    cache, _ = scan_cni_cache(roots.cni_data_dir)
+    netns, _ = scan_netns(roots.netns_dir, mounts)
+    saves = iptables_commands(options.iptables_backend, net_ns=roots.net_ns, timeout=30).save
+    inventory = scan_node(roots)
+    parts: dict[str, Callable[[], object]] = {
+        "mountinfo": lambda: read_mounts(roots.proc_root),
+        "pod_dirs": lambda: scan_pod_dirs(roots.kubelet_root, mounts),
+        "ip_reservations": lambda: scan_ip_reservations(roots.cni_data_dir),
+        "cni_cache": lambda: scan_cni_cache(roots.cni_data_dir),
+        "netns": lambda: scan_netns(roots.netns_dir, mounts),
+        "veths": lambda: scan_veths(netns_entries=netns, net_ns=roots.net_ns),
+        "iptables": lambda: scan_iptables(net_ns=roots.net_ns, commands=saves, timeout=30),
+        "iptables_dump_and_parse": lambda: scan_iptables(net_ns=roots.net_ns, commands=saves, timeout=30,
+                                                         reuse=False),
+        "ip_ranges": lambda: scan_ranges(roots.cni_conf_dir, cache, networks_dir=roots.cni_data_dir / "networks"),
+        "correlate": lambda: correlate(inventory, desired, now=datetime.now(UTC), policy=policy),  # type: ignore[arg-type]
+    }
+    return {name: round(timed(fn, repeat) * 1000, 2) for name, fn in parts.items()}
+
+
+def netlink_vs_pyroute2(node: SandboxNode, repeat: int) -> dict[str, object]:
+    from pyroute2 import NetNS  # a development dependency: only the benchmark and a test compare with it
+
+    def ours() -> int:
+        with RtnlSocket.open(node.roots.net_ns) as sock:
+            return len(sock.dump_links()[0])
+
+    def theirs() -> int:
+        with NetNS(str(node.roots.net_ns), flags=0) as ipr:
+            return len(list(ipr.get_links()))
+
+    links = ours()
+    assert theirs() == links
+    ours_s, theirs_s = timed(ours, repeat), timed(theirs, repeat)
+    return {"links": links, "nodegc_ms": round(ours_s * 1000, 2), "pyroute2_ms": round(theirs_s * 1000, 2),
+            "pyroute2_over_nodegc": round(theirs_s / ours_s, 1)}
 
 
 def start_runtime(node: SandboxNode, sandboxes: int, ready: int) -> SandboxContainerd:
@@ -144,10 +236,17 @@ def measure(pods: int, repeat: int, runtime_sandboxes: int = 0, runtime_ready: i
         def scan() -> None:
             correlate(scan_node(node.roots), desired, now=datetime.now(UTC), policy=policy)
 
+        def cold_scan() -> None:
+            forget_dumps()
+            cni_cache_module._PARSED.clear()
+            scan()
+
         scan()  # warm the page cache and imports for both sides alike
         bare_reads(node)
+        cold_s = timed(cold_scan, repeat)
         scan_s = timed(scan, repeat)
         bare_s = timed(lambda: bare_reads(node), repeat)
+        files_s = timed(lambda: bare_reads_with_files(node), repeat)
         inventory = scan_node(node.roots)
         findings = correlate(inventory, desired, now=datetime.now(UTC), policy=policy)
         with_runtime: dict[str, object] | None = None
@@ -163,6 +262,12 @@ def measure(pods: int, repeat: int, runtime_sandboxes: int = 0, runtime_ready: i
             "scan_seconds": round(scan_s, 4),
             "bare_reads_seconds": round(bare_s, 4),
             "scan_over_bare": round(scan_s / bare_s, 2),
+            "cold_scan_seconds": round(cold_s, 4),
+            "cold_scan_over_bare": round(cold_s / bare_s, 2),
+            "bare_reads_with_files_seconds": round(files_s, 4),
+            "scan_over_bare_with_files": round(scan_s / files_s, 2),
+            "where_the_time_goes_ms": readers(node, desired, policy, repeat),
+            "netlink_vs_pyroute2": netlink_vs_pyroute2(node, repeat),
             "findings": len(findings),
             "residue": sum(1 for f in findings if f.cls.is_residue),
             "mounts": len(inventory.mounts),
@@ -190,8 +295,8 @@ def main() -> int:
         "cpus": os.cpu_count(),
         "repeat": args.repeat,
         "results": results,
-        "scan_seconds_per_pod": [round(x * 1000, 3) for x in per_pod],
-        "scan_seconds_per_pod_unit": "ms",
+        "scan_over_bare": {str(r["pods"]): r["scan_over_bare"] for r in results},
+        "scan_ms_per_pod": [round(x * 1000, 3) for x in per_pod],
         "max_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
     }
     json.dump(doc, sys.stdout, indent=2)

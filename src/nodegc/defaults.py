@@ -41,6 +41,8 @@ RUNTIME_ENDPOINT = "unix:///run/containerd/containerd.sock"
 """The kubelet's and crictl's default; CRI-O: unix:///var/run/crio/crio.sock."""
 RUNTIME_TIMEOUT_SECONDS = 10.0
 """Upper bound for one CRI call."""
+RUNTIME_STATE_DIR = "/run/containerd"
+"""containerd's state directory (sandbox dirs, task bundles, shim sockets); its leftovers are reported."""
 RUNNING_ORPHAN_GRACE_SECONDS = 600.0
 """A READY sandbox's pod must be absent from the API this long before it is reported (and, on opt-in, stopped)."""
 

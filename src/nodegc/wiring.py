@@ -85,6 +85,7 @@ class SafetySettings:
     iptables_backend: str = defaults.IPTABLES_BACKEND
     running_orphan_grace_seconds: float = defaults.RUNNING_ORPHAN_GRACE_SECONDS
     stop_running_orphans: bool = False
+    runtime_state_dir: Path | None = None
 
     @property
     def ledger_path(self) -> Path:
@@ -184,7 +185,13 @@ def safety_from_args(args: argparse.Namespace) -> SafetySettings:
         iptables_backend=args.iptables_backend,
         running_orphan_grace_seconds=getattr(args, "running_orphan_grace", defaults.RUNNING_ORPHAN_GRACE_SECONDS),
         stop_running_orphans=getattr(args, "stop_running_orphans", False),
+        runtime_state_dir=runtime_state_dir_from_args(args),
     )
+
+
+def runtime_state_dir_from_args(args: argparse.Namespace) -> Path | None:
+    text = str(getattr(args, "runtime_state_dir", "") or "").strip()
+    return None if text.lower() in ("", "none") else Path(text)
 
 
 def runtime_endpoint_from_args(args: argparse.Namespace) -> str | None:
@@ -208,6 +215,7 @@ def scan_from_args(args: argparse.Namespace) -> ScanSettings:
         source=source_from_args(args),
         options=ScanOptions(command_timeout=args.command_timeout, min_age_seconds=args.min_age,
                             runtime_endpoint=runtime_endpoint_from_args(args), runtime_timeout=args.runtime_timeout,
+                            runtime_state_dir=runtime_state_dir_from_args(args),
                             iptables_backend=args.iptables_backend),
         output=args.output,
         show_all=args.all,
@@ -339,7 +347,7 @@ def make_engine_settings(safety: SafetySettings, phases: PhasePolicy) -> EngineS
         blast_radius=BlastRadius(max_share=safety.max_share, allow_empty_desired=safety.allow_empty_desired),
         scan=ScanOptions(command_timeout=safety.command_timeout, min_age_seconds=safety.min_age_seconds,
                          runtime_endpoint=safety.runtime_endpoint, runtime_timeout=safety.runtime_timeout,
-                         iptables_backend=safety.iptables_backend),
+                         runtime_state_dir=safety.runtime_state_dir, iptables_backend=safety.iptables_backend),
         max_desired_age_seconds=safety.max_desired_age_seconds,
         reclaims_per_minute=safety.reclaims_per_minute,
         running_orphan_grace_seconds=safety.running_orphan_grace_seconds,

@@ -10,8 +10,7 @@ import lightkube
 import pytest
 
 from nodegc.api.client import make_client
-from nodegc.kube.events import EventRecorder, EventType, ObjectRef, involved_object
-from nodegc.model.pods import Pod
+from nodegc.kube.events import EventRecorder, EventType, ObjectRef
 from tests.api.fakeapi import FakeKubeAPI, RecordedRequest
 
 T0 = datetime(2024, 5, 1, 12, 0, 0, 250000, tzinfo=UTC)
@@ -204,11 +203,3 @@ def test_background_flushing_and_stop(api: FakeKubeAPI, client: lightkube.Client
     finally:
         rec.stop()
     assert len(api.objects("events", namespace="default")) == 2
-
-
-def test_involved_object_is_the_pod_while_it_exists() -> None:
-    pod = Pod(uid="u1", namespace="shop", name="api-1", node_name="node-a", phase="Running")
-    assert involved_object("node-a", pod) == ObjectRef.pod("shop", "api-1", "u1")
-    assert involved_object("node-a", None) == ObjectRef.node("node-a")
-    assert ObjectRef.node("node-a").event_namespace == "default"
-    assert ObjectRef.pod("shop", "x").event_namespace == "shop"

@@ -428,3 +428,25 @@ def test_netlink_deletes_real_links(node: Node) -> None:
         assert answers[:2] == [None, None]
         assert isinstance(answers[2], nl.NetlinkError) and answers[2].code == errno.ENODEV
         assert rtnl.get_link(index["nodegc-d0"]) is None
+
+
+def test_scan_iptables_reuses_a_dump_only_while_the_ruleset_is_unchanged(node: Node) -> None:
+    from nodegc.inventory.iptables import _is_nft, scan_iptables_all
+
+    nft = _is_nft("iptables-save") and _is_nft("ip6tables-save")
+    first = scan_iptables_all(net_ns=node.node_ns)
+    again = scan_iptables_all(net_ns=node.node_ns)
+    assert (again is first) == nft
+    chain = "CNI-0123456789abcdef01234567"
+    try:
+        _in_node(node.node_ns, "iptables", "-t", "nat", "-N", chain)
+        added = scan_iptables_all(net_ns=node.node_ns)
+        assert added is not first and chain in {c.name for c in added[0] if c.table == "nat"}
+        _in_node(node.node_ns, "ip6tables", "-t", "filter", "-N", chain)
+        both = scan_iptables_all(net_ns=node.node_ns)
+        assert both is not added and len([c for c in both[0] if c.name == chain]) == 2
+        assert scan_iptables_all(net_ns=node.node_ns, reuse=False) is not both
+    finally:
+        _in_node(node.node_ns, "iptables", "-t", "nat", "-X", chain)
+        _in_node(node.node_ns, "ip6tables", "-t", "filter", "-X", chain)
+    assert chain not in {c.name for c in scan_iptables_all(net_ns=node.node_ns)[0]}

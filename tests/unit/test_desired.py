@@ -47,7 +47,6 @@ def test_running_pod() -> None:
     assert pod.pod_ips == ("10.1.0.7",)
     assert pod.created_at == datetime(2024, 5, 1, 10, 0, tzinfo=UTC)
     assert pod.created_at.tzinfo is not None
-    assert not pod.deleting
     assert not pod.host_network
 
 
@@ -64,10 +63,10 @@ def test_missing_phase_protects() -> None:
     assert pod.state is OwnerState.PENDING
 
 
-def test_deletion_timestamp_marks_deleting() -> None:
+def test_a_pod_being_deleted_is_still_its_phase() -> None:
     o = obj(phase="Running")
     o["metadata"]["deletionTimestamp"] = "2024-05-01T11:00:00Z"
-    assert pod_from_object(o).deleting
+    assert pod_from_object(o).state is OwnerState.LIVE
 
 
 def test_dual_stack_pod_ips_are_normalized() -> None:

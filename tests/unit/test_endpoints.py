@@ -159,8 +159,8 @@ def test_fqdn_slices_skip_the_address_check_but_not_the_pod_check() -> None:
 
 
 def test_deleting_pod_is_not_stale() -> None:
-    p = Pod(uid="uid-a", namespace=NS, name="a", node_name="n1", phase="Running", pod_ips=("10.0.0.5",),
-            deleting=True)
+    """A pod being deleted (deletionTimestamp set) is still Running with its address: not stale."""
+    p = Pod(uid="uid-a", namespace=NS, name="a", node_name="n1", phase="Running", pod_ips=("10.0.0.5",))
     assert stale_of(raw_slice(endpoint("10.0.0.5", "a")), p) == []
 
 

@@ -95,9 +95,7 @@ def test_full_pod_layout_with_mounted_and_unmounted_volumes(root: Path) -> None:
     assert found.path == str(pod)
     st = os.lstat(pod)
     assert (found.inode, found.mtime) == (st.st_ino, st.st_mtime)
-    assert found.has_etc_hosts
     assert found.container_names == ("app", "init")
-    assert found.plugin_dirs == ("kubernetes.io~empty-dir/wrapped_kube-api-access-7x2",)
     assert found.mounts_below == (10, 11, 12, 13)
     volumes = {(v.plugin, v.name): v for v in found.volumes}
     assert set(volumes) == {
@@ -212,7 +210,6 @@ def test_symlinks_inside_the_tree_are_reported_and_never_followed(
     assert set(by_uid) == {UID, STATIC_UID}
     assert [(v.plugin, v.name) for v in by_uid[UID].volumes] == [("kubernetes.io~empty-dir", "real")]
     assert by_uid[STATIC_UID].volumes == ()
-    assert not by_uid[UID].has_etc_hosts
     assert all(not v.path.startswith(str(outside)) for p in pods for v in p.volumes)
     reasons = {p.path: p.reason for p in problems}
     assert reasons == {
@@ -220,7 +217,6 @@ def test_symlinks_inside_the_tree_are_reported_and_never_followed(
         str(pod / "volumes" / "kubernetes.io~secret"): (
             f"symlink to {outside / 'kubernetes.io~empty-dir'}, not followed"
         ),
-        str(pod / "etc-hosts"): "symlink to /etc/hosts, not followed",
         str(second / "volumes"): f"symlink to {outside / 'volumes'}, not followed",
         str(root / "pods" / "1f2e3d4c-0000-4000-8000-000000000000"): f"symlink to {outside}, not followed",
         str(pod / "volume-subpaths" / "cfg" / "app" / "0"): f"symlink to {outside}, not followed",

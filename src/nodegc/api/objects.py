@@ -64,7 +64,6 @@ def pod_from_object(obj: Mapping[str, Any]) -> Pod:
         pod_ips=_pod_ips(status, label),
         host_network=host_network,
         created_at=_timestamp(meta.get("creationTimestamp"), f"pod {label}: metadata.creationTimestamp"),
-        deleting=meta.get("deletionTimestamp") is not None,
         static_uid=static_uid if isinstance(static_uid, str) and static_uid and static_uid != uid else None,
     )
 

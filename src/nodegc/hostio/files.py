@@ -9,7 +9,10 @@ from __future__ import annotations
 import errno
 import os
 import stat
+import threading
+import time
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 from nodegc.model.resources import Kind, ReadProblem
 
@@ -35,6 +38,8 @@ class SmallFile:
     content: bytes
     inode: int
     mtime: float
+    stamp: tuple[int, int, int, int] = (0, 0, 0, 0)
+    """(inode, size, mtime_ns, ctime_ns) of the file as opened, for `FileMemo`."""
 
 
 def irregular(entry: os.DirEntry[str]) -> str | None:
@@ -78,7 +83,7 @@ def read_small_file(path: str, *, limit: int) -> SmallFile:
         content = b"".join(chunks)
         if len(content) > limit:
             raise FileReadError(f"file grew beyond the {limit} byte limit while read; not read")
-        return SmallFile(content=content, inode=st.st_ino, mtime=st.st_mtime)
+        return SmallFile(content=content, inode=st.st_ino, mtime=st.st_mtime, stamp=stamp_of(st))
     except OSError as e:
         raise FileReadError(os_reason(e)) from e
     finally:
@@ -99,3 +104,52 @@ def list_top_dir(path: str, *, kind: Kind) -> tuple[list[os.DirEntry[str]], Read
         return [], None
     except OSError as e:
         return [], ReadProblem(kind, path, os_reason(e))
+
+
+def stamp_of(st: os.stat_result) -> tuple[int, int, int, int]:
+    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+T = TypeVar("T")
+
+SETTLED_NS = 2_000_000_000
+"""How long a file must have been left alone before its parse is remembered. The kernel stamps ctime from a
+coarse clock (a tick, a few milliseconds): a change within the same tick as the read would keep the stamp,
+so only a file whose last change is well before the read can be told apart from any later change."""
+
+
+class FileMemo(Generic[T]):
+    """What was parsed out of each file, remembered by its stamp (inode, size, mtime, ctime): a later scan
+    that finds the same stamp in its directory listing (an lstat, no open, no read) takes the parse again.
+
+    Every write, rename onto, truncate or chmod of the file changes its ctime, which userspace cannot set
+    back; a file is remembered only once its ctime is SETTLED_NS older than the read, so a change that
+    races the read still shows in a later stamp. Paths not seen in a scan are forgotten at its end.
+    """
+
+    def __init__(self) -> None:
+        self._known: dict[str, tuple[tuple[int, int, int, int], T]] = {}
+        self._seen: dict[str, tuple[tuple[int, int, int, int], T]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, path: str, st: os.stat_result) -> T | None:
+        with self._lock:
+            found = self._known.get(path)
+        if found is None or found[0] != stamp_of(st):
+            return None
+        with self._lock:
+            self._seen[path] = found
+        return found[1]
+
+    def put(self, path: str, small: SmallFile, value: T) -> None:
+        if small.stamp[3] < time.time_ns() - SETTLED_NS:
+            with self._lock:
+                self._seen[path] = (small.stamp, value)
+
+    def end_scan(self) -> None:
+        with self._lock:
+            self._known, self._seen = self._seen, {}
+
+    def clear(self) -> None:
+        with self._lock:
+            self._known, self._seen = {}, {}

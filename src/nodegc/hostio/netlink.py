@@ -333,17 +333,18 @@ class RtnlSocket:
         return size
 
 
-def _new_socket() -> socket.socket:
+def _new_socket(protocol: int = NETLINK_ROUTE) -> socket.socket:
     try:
-        return socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, NETLINK_ROUTE)
+        return socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, protocol)
     except OSError as e:
         raise NetlinkError(f"cannot open netlink socket: {e.strerror or e}") from e
 
 
-def _socket_in(net_ns: Path, *, timeout: float) -> socket.socket:
+def _socket_in(net_ns: Path, *, timeout: float, protocol: int = NETLINK_ROUTE) -> socket.socket:
     """A netlink socket created in the namespace of `net_ns` by a thread of its own."""
     result: list[socket.socket | BaseException] = []
-    thread = threading.Thread(target=_open_in_thread, args=(net_ns, result), name="nodegc-netns", daemon=True)
+    thread = threading.Thread(target=_open_in_thread, args=(net_ns, result, protocol), name="nodegc-netns",
+                              daemon=True)
     thread.start()
     thread.join(timeout)
     if thread.is_alive() or not result:
@@ -354,14 +355,14 @@ def _socket_in(net_ns: Path, *, timeout: float) -> socket.socket:
     return outcome
 
 
-def _open_in_thread(net_ns: Path, result: list[socket.socket | BaseException]) -> None:
+def _open_in_thread(net_ns: Path, result: list[socket.socket | BaseException], protocol: int) -> None:
     try:
-        result.append(_enter_and_open(net_ns))
+        result.append(_enter_and_open(net_ns, protocol))
     except BaseException as e:  # handed to the caller, which raises it in its own thread
         result.append(e)
 
 
-def _enter_and_open(net_ns: Path) -> socket.socket:
+def _enter_and_open(net_ns: Path, protocol: int = NETLINK_ROUTE) -> socket.socket:
     # the thread's own namespace, to go back to; the thread exits right after, so a failed return is moot
     home = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
     try:
@@ -371,7 +372,7 @@ def _enter_and_open(net_ns: Path) -> socket.socket:
         finally:
             os.close(target)
         try:
-            return _new_socket()
+            return _new_socket(protocol)
         finally:
             _setns(home, "cannot return to the original namespace")
     finally:
@@ -533,3 +534,39 @@ def delete_together(rtnl: RtnlSocket, links: Sequence[RawLink]) -> list[NetlinkE
         rtnl.set_groups([(link.index, original.get(link.index, 0)) for link in marked])
         return [failure if mark is None else mark for mark in out]
     return out  # a link marked and gone before the group delete (its namespace died) is gone all the same
+
+
+NETLINK_NETFILTER = 12
+_NFT_GETGEN = (10 << 8) | 16  # NFNL_SUBSYS_NFTABLES, NFT_MSG_GETGEN
+_NFT_NEWGEN = (10 << 8) | 15
+_NFTA_GEN_ID = 1
+_BE32 = struct.Struct(">I")
+
+
+def nft_generation(net_ns: Path | None = None, *, timeout: float = DEFAULT_TIMEOUT) -> int | None:
+    """The nf_tables ruleset generation of the namespace: the kernel bumps it on every committed change of
+    any table of any family, so an unchanged generation means an unchanged ruleset (counters aside). None
+    when it cannot be read (no nf_tables, no permission): the caller must then read the rules."""
+    try:
+        if net_ns is not None:
+            sock = _socket_in(net_ns, timeout=timeout, protocol=NETLINK_NETFILTER)
+        else:
+            sock = _new_socket(NETLINK_NETFILTER)
+    except NetlinkError:
+        return None
+    try:
+        sock.settimeout(timeout)
+        sock.bind((0, 0))
+        sock.sendall(_message(_NFT_GETGEN, NLM_F_REQUEST, 1, b"\0\0\0\0"))
+        buf = bytearray(_RECV_BUF)
+        size = sock.recv_into(buf, _RECV_BUF)
+        for mtype, _flags, seq, start, end in _messages(buf, size):
+            if seq == 1 and mtype == _NFT_NEWGEN:
+                for atype, a, b in _attrs(buf, start + 4, end):  # after struct nfgenmsg
+                    if atype == _NFTA_GEN_ID and b - a >= _BE32.size:
+                        return int(_BE32.unpack_from(buf, a)[0])
+        return None
+    except (OSError, NetlinkError):
+        return None
+    finally:
+        sock.close()

@@ -15,7 +15,15 @@ from pathlib import Path
 from typing import Any
 
 from nodegc.hostio.cni_files import CACHE_KIND, MAX_CACHE_BYTES
-from nodegc.hostio.files import FileReadError, irregular, list_top_dir, read_small_file, symlink_reason
+from nodegc.hostio.files import (
+    FileMemo,
+    FileReadError,
+    irregular,
+    list_top_dir,
+    os_reason,
+    read_small_file,
+    symlink_reason,
+)
 from nodegc.model.addresses import interface_ip
 from nodegc.model.resources import CNICacheEntry, Kind, ReadProblem
 
@@ -195,8 +203,21 @@ def scan_cni_cache(cni_data_dir: Path) -> tuple[tuple[CNICacheEntry, ...], tuple
             problems.append(ReadProblem(Kind.CNI_CACHE, shown, "file name is not valid UTF-8, not read"))
             continue
         try:
+            known = _PARSED.get(entry.path, entry.stat(follow_symlinks=False))
+            if known is not None:
+                found.append(known)
+                continue
             small = read_small_file(entry.path, limit=MAX_CACHE_BYTES)
-            found.append(parse_cache_entry(entry.path, small.content, inode=small.inode, mtime=small.mtime))
+            parsed = parse_cache_entry(entry.path, small.content, inode=small.inode, mtime=small.mtime)
+            _PARSED.put(entry.path, small, parsed)
+            found.append(parsed)
         except (FileReadError, ValueError) as e:
             problems.append(ReadProblem(Kind.CNI_CACHE, entry.path, str(e)))
+        except OSError as e:
+            problems.append(ReadProblem(Kind.CNI_CACHE, entry.path, os_reason(e)))
+    _PARSED.end_scan()
     return tuple(found), tuple(problems)
+
+
+_PARSED: FileMemo[CNICacheEntry] = FileMemo()
+"""Entries parsed by earlier scans of this process, taken again while their file's stamp is unchanged."""

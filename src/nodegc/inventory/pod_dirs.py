@@ -129,17 +129,6 @@ def _subpaths(scan: _Scan, uid: str, subpaths_path: str) -> list[VolumeDir]:
     ]
 
 
-def _plugin_dirs(scan: _Scan, plugins_path: str) -> list[str]:
-    found: list[str] = []
-    for plugin in scan.subdirs(plugins_path):
-        names = [e.name for e in scan.leaves(plugin.path)]
-        if names:
-            found.extend(f"{plugin.name}/{n}" for n in names)
-        else:
-            found.append(plugin.name)
-    return found
-
-
 def _pod(scan: _Scan, entry: os.DirEntry[str]) -> PodDir | None:
     uid = entry.name
     if not _is_utf8(uid):
@@ -156,43 +145,24 @@ def _pod(scan: _Scan, entry: os.DirEntry[str]) -> PodDir | None:
         scan.problem(entry.path, os_reason(e))
         return None
     volumes: list[VolumeDir] = []
-    plugin_dirs: list[str] = []
     containers: list[str] = []
-    has_etc_hosts = False
     for child in scan.entries(entry.path):
         name = child.name
         if name == "volumes" and scan.directory(child, kind=Kind.VOLUME_MOUNT):
             volumes.extend(_volumes(scan, uid, child.path))
         elif name == "volume-subpaths" and scan.directory(child, kind=Kind.VOLUME_MOUNT):
             volumes.extend(_subpaths(scan, uid, child.path))
-        elif name == "plugins" and scan.directory(child):
-            plugin_dirs.extend(_plugin_dirs(scan, child.path))
         elif name == "containers" and scan.directory(child):
             containers.extend(c.name for c in scan.subdirs(child.path))
-        elif name == "etc-hosts":
-            has_etc_hosts = _regular_file(scan, child)
     return PodDir(
         uid=uid,
         path=entry.path,
         inode=st.st_ino,
         mtime=st.st_mtime,
         volumes=tuple(volumes),
-        plugin_dirs=tuple(plugin_dirs),
         container_names=tuple(containers),
-        has_etc_hosts=has_etc_hosts,
         mounts_below=tuple(sorted(m.mount_id for m in scan.index.below(entry.path))),
     )
-
-
-def _regular_file(scan: _Scan, entry: os.DirEntry[str]) -> bool:
-    try:
-        if entry.is_symlink():
-            scan.problem(entry.path, symlink_reason(entry.path))
-            return False
-        return entry.is_file(follow_symlinks=False)
-    except OSError as e:
-        scan.problem(entry.path, os_reason(e))
-        return False
 
 
 def scan_pod_dirs(

@@ -61,6 +61,13 @@ def scan_node(
         inventory = _read_host(roots, taken_at, rules_read)
         runtime = runtime_read.result()
         inventory = dataclasses.replace(inventory, runtime=runtime)
+    if runtime is not None and runtime.reachable and options.runtime_state_dir is not None:
+        from nodegc.inventory.cri.client import socket_path
+        from nodegc.inventory.cri.leftovers import scan_leftovers
+
+        leftovers = scan_leftovers(options.runtime_state_dir, mounts=inventory.mounts, proc_root=roots.proc_root,
+                                   socket=str(socket_path(runtime.endpoint)))
+        inventory = dataclasses.replace(inventory, runtime=dataclasses.replace(runtime, leftovers=leftovers))
     if runtime is not None and not runtime.reachable:
         # Sandboxes the runtime could not list are not gone: their items must not close or move on.
         problem = ReadProblem(Kind.SANDBOX, runtime.endpoint, f"runtime unreachable: {runtime.error}")

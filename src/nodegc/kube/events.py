@@ -25,7 +25,6 @@ from lightkube.types import PatchType
 
 from nodegc.api.errors import KubeError, call
 from nodegc.hostio.clock import utcnow
-from nodegc.model.pods import Pod
 from nodegc.observe.logs import get_logger
 
 log = get_logger("nodegc.kube.events")
@@ -77,13 +76,6 @@ class ObjectRef:
     @property
     def event_namespace(self) -> str:
         return self.namespace or CLUSTER_EVENT_NAMESPACE
-
-
-def involved_object(node: str, pod: Pod | None) -> ObjectRef:
-    """The agent's rule: on the pod while it still exists (same UID, checked by the caller), else the Node."""
-    if pod is not None:
-        return ObjectRef.pod(pod.namespace, pod.name, pod.uid)
-    return ObjectRef.node(node)
 
 
 @dataclass

@@ -28,7 +28,6 @@ class Pod:
     pod_ips: tuple[str, ...] = ()
     host_network: bool = False
     created_at: datetime | None = None
-    deleting: bool = False
     static_uid: str | None = None
     """For a static pod's mirror: the kubelet's config hash, which is the UID its directory and CNI
     args carry on the node (kubernetes.io/config.mirror)."""

@@ -81,9 +81,7 @@ class PodDir:
     inode: int
     mtime: float
     volumes: tuple[VolumeDir, ...] = ()
-    plugin_dirs: tuple[str, ...] = ()
     container_names: tuple[str, ...] = ()
-    has_etc_hosts: bool = False
     mounts_below: tuple[int, ...] = ()
     """Mount ids of every mount anywhere below the directory (volumes, subpaths, plugins...)."""
 

@@ -43,6 +43,20 @@ class RuntimeContainer:
 
 
 @dataclass(frozen=True)
+class RuntimeLeftover:
+    """Something of containerd's on the host that names a sandbox or container id: a sandbox state
+    directory (with its shm mount), a task bundle (with its rootfs mount), a netns under the state dir, or
+    a shim process."""
+
+    what: str
+    """sandbox_dir, task_dir, netns or shim."""
+    id: str
+    path: str
+    mounted: bool = False
+    pid: int | None = None
+
+
+@dataclass(frozen=True)
 class RuntimeView:
     """One reading of the runtime. `reachable` False: the runtime could not be asked (see `error`)."""
 
@@ -57,6 +71,8 @@ class RuntimeView:
     read_at: datetime | None = None
     state_dir: str | None = None
     """The runtime's state directory (containerd: the `state` of its config) when nodegc was told it."""
+    leftovers: tuple[RuntimeLeftover, ...] = ()
+    """What the state directory and the process table hold, known to the runtime or not."""
 
     def sandbox(self, sandbox_id: str) -> RuntimeSandbox | None:
         for sb in self.sandboxes:

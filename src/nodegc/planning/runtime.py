@@ -124,6 +124,15 @@ class _Runtime:
         self.ctx.findings[:] = revised
         for sb in self.view.sandboxes:
             self.ctx.add(self._sandbox(sb))
+        known = set(self.by_id) | {c.id for c in self.view.containers}
+        for left in self.view.leftovers:
+            if (left.id in self.by_netns) if left.what == "netns" else (left.id in known):
+                continue
+            state = "mounted" if left.mounted else f"pid {left.pid}" if left.pid else "not mounted"
+            self.ctx.add(Finding(FindingClass.RUNTIME_LEFTOVER, Kind.RUNTIME_LEFTOVER, left.path,
+                                 Owner(container_id=left.id if left.what != "netns" else None), OwnerState.ABSENT,
+                                 (f"{left.what} of id {short(left.id)} ({state}): the runtime lists no such"
+                                  " sandbox or container; reported, not reclaimed",)))
 
     # -- which sandbox an attachment belongs to -----------------------------------------------------
 
@@ -186,6 +195,11 @@ class _Runtime:
             note = f"sandbox {short(sb.id)} is NotReady but the newest of a pod still starting"
             return dataclasses.replace(f, cls=FindingClass.PROTECTED if f.cls.is_residue else f.cls, owner=owner,
                                        evidence=(*f.evidence, why, note))
+        if sb.id in self.ctx.policy.runtime_gave_up and f.kind in _RESIDUE_OF:
+            _, mtime, ips = self.cid_of.get((f.kind, f.id), (sb.id, None, ()))
+            judged = self._unknown_to_runtime(f, sb.id, mtime if mtime is not None else 0.0, ips)
+            return dataclasses.replace(judged, evidence=(*judged.evidence, f"the runtime failed to remove sandbox"
+                                                         f" {short(sb.id)} repeatedly: its turn is over"))
         # The runtime still holds the sandbox: its own teardown (StopPodSandbox runs CNI DEL) goes first.
         note = (f"sandbox {short(sb.id)} is NotReady and still held by the runtime; its parts wait until the"
                 " runtime has removed it (orphaned_sandbox)")
@@ -218,7 +232,7 @@ class _Runtime:
             # VM), whose containers the runtime cannot know. Its word says nothing here.
             return f
         why = f"container id {short(cid)} names no sandbox the runtime ({self._who()}) knows"
-        keep = self._netns_of_another_sandbox(f) or self._add_may_run(f, cid, mtime)
+        keep = self._netns_of_another_sandbox(f, cid) or self._add_may_run(f, cid, mtime)
         if keep:
             cls = FindingClass.CONFLICT if keep.startswith("its netns") else FindingClass.PROTECTED
             return dataclasses.replace(f, cls=cls if f.cls.is_residue or f.cls is FindingClass.IN_USE else f.cls,
@@ -237,13 +251,13 @@ class _Runtime:
                                    owner_state=f.owner_state if f.owner_state is not OwnerState.UNKNOWN
                                    else OwnerState.ABSENT, evidence=(*f.evidence, why))
 
-    def _netns_of_another_sandbox(self, f: Finding) -> str | None:
+    def _netns_of_another_sandbox(self, f: Finding, cid: str) -> str | None:
         """A cache entry naming the netns of a sandbox the runtime knows (the live one after a reboot, or
         another pod's): its CNI DEL would run inside that sandbox."""
         if f.kind is not Kind.CNI_CACHE:
             return None
         sb = self.by_netns.get(_base(f.netns) or "")
-        if sb is None:
+        if sb is None or sb.id == cid:  # its own NotReady sandbox's netns: where its teardown would run too
             return None
         return f"its netns {f.netns} is the runtime's sandbox {short(sb.id)}'s: a DEL there would cut it"
 

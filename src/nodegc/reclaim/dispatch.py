@@ -139,7 +139,7 @@ class _HostRun:
         return False
 
     def run(self, batch: Batch) -> None:
-        rules_done = veths_done = dels_done = False
+        rules_done = veths_done = dels_done = firewall_done = False
         for item, resource in batch:
             if isinstance(resource, IptablesChain | HostportRule):
                 if not rules_done:
@@ -148,12 +148,9 @@ class _HostRun:
                                 if isinstance(r, IptablesChain | HostportRule) and not self.held(i)])
                 continue
             if isinstance(resource, FirewallRule):
-                if not self.held(item):
-                    from nodegc.reclaim.firewall import remove_firewall_rule
-
-                    self.report(item, remove_firewall_rule(resource, container_id=item.container_id,
-                                                           roots=self.x.roots, timeout=self.x.timeout,
-                                                           backend=self.x.iptables_backend))
+                if not firewall_done:
+                    firewall_done = True
+                    self.firewall([(i, r) for i, r in batch if isinstance(r, FirewallRule) and not self.held(i)])
                 continue
             if isinstance(resource, CNICacheEntry):
                 if not dels_done:
@@ -262,6 +259,21 @@ class _HostRun:
 
                 return remove_sandbox(resource, endpoint=self.x.runtime_endpoint, timeout=self.x.runtime_timeout)
         return Outcome.failed(f"no executor for {type(resource).__name__}")
+
+    def firewall(self, items: Sequence[tuple[Item, Resource]]) -> None:
+        """The firewall plugin's rules of one cycle, each checked against the reservations, in one
+        iptables-restore per family."""
+        from nodegc.reclaim.firewall import remove_firewall_rules
+
+        if not items:
+            return
+        rules = [(r, i.container_id) for i, r in items if isinstance(r, FirewallRule)]
+        fault_point("before_clean:firewall_rule")
+        outcomes = remove_firewall_rules(rules, roots=self.x.roots, timeout=self.x.timeout,
+                                         backend=self.x.iptables_backend)
+        fault_point("after_clean:firewall_rule")
+        for (item, _), outcome in zip(items, outcomes, strict=True):
+            self.report(item, outcome)
 
     def veths(self, items: Sequence[tuple[Item, Resource]]) -> None:
         """All veths of one cycle on one netlink socket, each compared before its delete."""

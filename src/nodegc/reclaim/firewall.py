@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from nodegc.hostio.cni_files import MAX_RESERVATION_BYTES, parse_reservation
@@ -52,3 +53,26 @@ def remove_firewall_rule(rule: FirewallRule, *, container_id: str | None, roots:
     outcomes = remove_targets([target], net_ns=roots.net_ns, deadline=time.monotonic() + timeout,
                               backend=backend)
     return outcomes.get(rule.rule, Outcome.failed("no outcome reported for it"))
+
+
+def remove_firewall_rules(rules: Sequence[tuple[FirewallRule, str | None]], *, roots: Roots, timeout: float,
+                          backend: str = "auto") -> list[Outcome]:
+    """`remove_firewall_rule` for every (rule, container id) of a cycle: the same check per rule, then one
+    iptables-save and one iptables-restore per family for all of them."""
+    outcomes: list[Outcome | None] = []
+    targets: list[RuleTarget] = []
+    for rule, container_id in rules:
+        holders = _holders(roots.cni_data_dir / "networks", rule.ip)
+        if holders is None:
+            outcomes.append(Outcome.failed(f"cannot read the reservations of {rule.ip}: the rule is kept"))
+            continue
+        others = [h for h in holders if h != container_id]
+        if others:
+            outcomes.append(Outcome.changed(f"{rule.ip} is now reserved by container {(others[0] or '?')[:12]}"))
+            continue
+        outcomes.append(None)
+        targets.append(RuleTarget(key=rule.rule, owner=None, rule=rule.rule, table=rule.table, family=rule.family))
+    done = remove_targets(targets, net_ns=roots.net_ns, deadline=time.monotonic() + timeout,
+                          backend=backend) if targets else {}
+    return [o if o is not None else done.get(rule.rule, Outcome.failed("no outcome reported for it"))
+            for (rule, _), o in zip(rules, outcomes, strict=True)]

@@ -5,10 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
-class ReclaimError(Exception):
-    """An executor failed in a way it could not classify; the cause is chained."""
-
-
 @dataclass(frozen=True)
 class Outcome:
     ok: bool

@@ -46,6 +46,8 @@ class _Dump:
     rules: dict[tuple[str, str, str], HostportRule] = field(default_factory=dict)
     lines: set[tuple[str, str]] = field(default_factory=set)
     """(table, rule) of every rule of the dump, as iptables-save prints it."""
+    by_name: dict[str, list[tuple[str, IptablesChain]]] = field(default_factory=dict)
+    """Chain name -> (table, chain) wherever a per-container chain of that name exists."""
 
 
 @dataclass
@@ -81,8 +83,9 @@ def remove_rules(
     units: list[list[_Unit]] = [[] for _ in families]
     for chain in chains:
         _plan_chain(chain, dumps, units, outcomes, read_errors)
+    index = _index(units)
     for rule in rules:
-        _plan_rule(rule, dumps, units, outcomes, read_errors)
+        _plan_rule(rule, dumps, units, outcomes, read_errors, index=index)
 
     for fam, fam_units in zip(families, units, strict=True):
         if not fam_units:
@@ -103,6 +106,7 @@ def _read(fam: _Family, *, net_ns: Path | None, deadline: float) -> tuple[_Dump 
     dump = _Dump()
     for c in parsed_chains:
         dump.chains[(c.table, c.name)] = c
+        dump.by_name.setdefault(c.name, []).append((c.table, c))
     for r in parsed_rules:
         dump.rules[(r.table, r.chain, r.rule)] = r
     table = ""
@@ -138,12 +142,19 @@ def _plan_chain(
         units[i].append(_Unit(table=chain.table, keys=[chain.name], deletes=deletes, chain=chain.name))
 
 
+def _index(units: list[list[_Unit]]) -> list[dict[tuple[str, str], _Unit]]:
+    """Per family, (table, delete line) -> the unit that already deletes it."""
+    return [{(u.table, d): u for u in fam_units for d in u.deletes} for fam_units in units]
+
+
 def _plan_rule(
     rule: HostportRule,
     dumps: list[_Dump | None],
     units: list[list[_Unit]],
     outcomes: dict[str, list[Outcome]],
     read_errors: list[str],
+    *,
+    index: list[dict[tuple[str, str], _Unit]],
 ) -> None:
     key = (rule.table, rule.chain, rule.rule)
     found = [(i, d.rules[key]) for i, d in enumerate(dumps) if d is not None and key in d.rules]
@@ -159,11 +170,13 @@ def _plan_rule(
     delete = _as_delete(rule.rule)
     for i, _ in found:
         # A jump into a chain removed in this call is deleted with that chain, never twice.
-        owner = next((u for u in units[i] if u.table == rule.table and delete in u.deletes), None)
+        owner = index[i].get((rule.table, delete))
         if owner is not None:
             owner.keys.append(rule.rule)
         else:
-            units[i].append(_Unit(table=rule.table, keys=[rule.rule], deletes=[delete]))
+            unit = _Unit(table=rule.table, keys=[rule.rule], deletes=[delete])
+            units[i].append(unit)
+            index[i][(rule.table, delete)] = unit
 
 
 def _absent(read_errors: list[str], detail: str) -> Outcome:
@@ -275,8 +288,11 @@ def remove_targets(
             read_errors.append(error)
     outcomes: dict[str, list[Outcome]] = {}
     units: list[list[_Unit]] = [[] for _ in families]
-    for t in targets:
-        found = _target_units(t, dumps, units)
+    index: list[dict[tuple[str, str], _Unit]] | None = None
+    for t in sorted(targets, key=lambda t: t.chain is None):  # chains first: their jumps go with them
+        if t.chain is None and index is None:
+            index = _index(units)
+        found = _target_units(t, dumps, units, index)
         if isinstance(found, Outcome):
             outcomes.setdefault(t.key, []).append(found)
         elif not found:
@@ -301,16 +317,16 @@ def remove_targets(
     return merged
 
 
-def _target_units(t: RuleTarget, dumps: list[_Dump | None], units: list[list[_Unit]]) -> Outcome | bool:
+def _target_units(t: RuleTarget, dumps: list[_Dump | None], units: list[list[_Unit]],
+                  index: list[dict[tuple[str, str], _Unit]] | None) -> Outcome | bool:
     """Adds the units that remove `t`; True when any was added, an Outcome when `t` must be left."""
     added = False
     if t.chain is not None:
         for i, d in enumerate(dumps):
             if d is None:
                 continue
-            for (table, name), fresh in d.chains.items():
-                if name != t.chain:
-                    continue
+            for table, fresh in d.by_name.get(t.chain, []):
+                name = fresh.name
                 claimed = (fresh.network, fresh.container_id)
                 if fresh.container_id is not None and claimed != t.owner:
                     return Outcome.changed(f"chain {name} belongs to {claimed[0]!r}/{claimed[1]!r}")
@@ -319,9 +335,11 @@ def _target_units(t: RuleTarget, dumps: list[_Dump | None], units: list[list[_Un
                 added = True
         return added
     d = dumps[t.family]
-    if t.rule is not None and d is not None and (t.table, t.rule) in d.lines:
+    if t.rule is not None and d is not None and index is not None and (t.table, t.rule) in d.lines:
         delete = _as_delete(t.rule)
-        if not any(u.table == t.table and delete in u.deletes for u in units[t.family]):
-            units[t.family].append(_Unit(table=t.table, keys=[t.key], deletes=[delete]))
+        if (t.table, delete) not in index[t.family]:
+            unit = _Unit(table=t.table, keys=[t.key], deletes=[delete])
+            units[t.family].append(unit)
+            index[t.family][(t.table, delete)] = unit
         added = True
     return added

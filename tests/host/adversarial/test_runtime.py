@@ -143,3 +143,30 @@ def test_a_reused_sandbox_id_is_not_removed(containerd_node: Runtime) -> None:
     assert outcome.identity_changed and not outcome.ok
     with rt.client() as c:
         assert c.sandbox_status(sid) is not None
+
+
+def test_runtime_that_lost_its_metadata_leaves_reported_leftovers(containerd_node: Runtime, tmp_path: Path) -> None:
+    node, rt = containerd_node
+    lost = new_spec("lost")
+    lost_sid = rt.run_sandbox(lost)
+    rt.run_container(lost_sid, lost)
+    rt.kill()  # the daemon dies; its shims and the sandbox's processes keep running, its state stays...
+    import shutil
+
+    shutil.rmtree(rt.root / "io.containerd.metadata.v1.bolt", ignore_errors=True)  # ...but its database is lost
+    rt.start()
+    kept = new_spec("kept")
+    kept_sid = rt.run_sandbox(kept)
+    inv = scan_node(node.roots, ScanOptions(runtime_endpoint=rt.endpoint, runtime_state_dir=rt.state))
+    assert inv.runtime is not None and [sb.id for sb in inv.runtime.sandboxes] == [kept_sid]
+    from nodegc.planning.correlate import correlate
+
+    snap = write_pods(tmp_path / "pods.json", [pod_record(node, kept, sandbox_ips(rt, kept_sid)[0])])
+    findings = correlate(inv, SnapshotSource(snap, node.node_name).fetch(), now=inv.taken_at,
+                         policy=CorrelationPolicy(min_age_seconds=0))
+    left = [f for f in findings if f.kind is Kind.RUNTIME_LEFTOVER]
+    assert all(f.cls is FindingClass.RUNTIME_LEFTOVER and not f.cls.is_residue for f in left)
+    assert not [f for f in left if kept_sid in f.id or f.owner.container_id == kept_sid]
+    lost_parts = {f.id.rsplit("/", 1)[-1] if "/proc/" not in f.id else "shim" for f in left
+                  if f.owner.container_id == lost_sid}
+    assert lost_sid in lost_parts, [(f.id, f.evidence) for f in left]
