@@ -110,6 +110,16 @@ def test_a_pods_file_above_the_size_bound_is_not_read(tmp_path: Path) -> None:
         SnapshotSource(f, "n1").fetch()
 
 
+def test_an_endless_stdin_is_read_with_a_bound(tmp_path: Path) -> None:
+    """`--pods-from -` read all of stdin into memory: /dev/zero there grew nodegc without limit."""
+    with open("/dev/zero", "rb") as zero:
+        done = subprocess.run([sys.executable, "-m", "nodegc", "scan", "--pods-from", "-", "--node", "n1",
+                               "--kubelet-root", str(tmp_path / "k")], stdin=zero, capture_output=True, text=True,
+                              timeout=120, check=False)
+    assert done.returncode == 4, done.stderr[-2000:]
+    assert "byte limit" in done.stderr and "Traceback" not in done.stderr
+
+
 # -- cache entries no ledger, log or terminal can carry --------------------------------------------
 
 
