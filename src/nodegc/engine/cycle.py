@@ -263,8 +263,7 @@ class Engine:
             log.warning("read problem", kind=p.kind.value, path=p.path, reason=p.reason)
         self.metrics.scanned(time.monotonic() - started, sorted(counts.items()))
         report.problems += len(inventory.problems)
-        running = sum(1 for p in desired.pods if p.state is OwnerState.LIVE and not p.host_network)
-        why = runtime_unusable(inventory.runtime, running)
+        why = runtime_unusable(inventory.runtime, desired.pods)
         if why:
             # Today's rules go on; nothing that needs the runtime's word is concluded this scan.
             self._block(report, "runtime_unavailable", why)
