@@ -156,6 +156,8 @@ class Engine:
         """The node the desired state is about, learned from the first fetch."""
         self.ip_ranges = RangeTracker()
         self.orphans = RunningOrphans(grace_seconds=self.settings.running_orphan_grace_seconds)
+        self._gave_up: frozenset[str] = frozenset()
+        """Sandboxes whose removal through the runtime failed repeatedly, as of the last scan."""
         self.bucket = TokenBucket(per_minute=self.settings.reclaims_per_minute, burst=self.settings.reclaim_burst,
                                   clock=clock)
 
@@ -251,7 +253,7 @@ class Engine:
         started = time.monotonic()
         inventory = self.scanner(self.roots, self.settings.scan)
         policy = self.settings.correlation
-        gave_up = self._runtime_gave_up()
+        gave_up = self._gave_up = self._runtime_gave_up()
         if gave_up:
             policy = dataclasses.replace(policy, runtime_gave_up=gave_up)
         inventory, findings = detect(inventory, desired, now=inventory.taken_at, policy=policy)
@@ -261,8 +263,7 @@ class Engine:
             log.warning("read problem", kind=p.kind.value, path=p.path, reason=p.reason)
         self.metrics.scanned(time.monotonic() - started, sorted(counts.items()))
         report.problems += len(inventory.problems)
-        running = sum(1 for p in desired.pods if p.state is OwnerState.LIVE and not p.host_network)
-        why = runtime_unusable(inventory.runtime, running)
+        why = runtime_unusable(inventory.runtime, desired.pods)
         if why:
             # Today's rules go on; nothing that needs the runtime's word is concluded this scan.
             self._block(report, "runtime_unavailable", why)
@@ -373,7 +374,7 @@ class Engine:
             return "no runtime to ask"
         status = reader.fresh_status(sandbox_id)
         if item.kind is not Kind.SANDBOX:
-            if status is not None and not status.ready and sandbox_id in self._runtime_gave_up():
+            if status is not None and not status.ready and sandbox_id in self._gave_up:
                 return None
             if status is not None:
                 return f"the runtime knows sandbox {sandbox_id[:12]} ({'READY' if status.ready else 'NotReady'})"
