@@ -9,6 +9,8 @@ within grace plus a few seconds, without waiting for the interval.
 from __future__ import annotations
 
 import heapq
+import json
+import os
 import signal
 import sys
 import threading
@@ -16,6 +18,7 @@ import time
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from nodegc.console import require_root
 from nodegc.desired.source import DesiredSource, SourceError
@@ -30,6 +33,7 @@ from nodegc.observe.health import HealthServer, HealthServerError, Heartbeat
 from nodegc.observe.logs import get_logger
 from nodegc.observe.metrics import Metrics
 from nodegc.planning.conditions import node_conditions
+from nodegc.planning.ipranges import RangeTracker
 from nodegc.wiring import (
     AgentSettings,
     iptables_backend,
@@ -158,6 +162,51 @@ def deletion_hook(wakeups: Wakeups, *, consecutive_scans: int, grace: float) -> 
     return on_delete
 
 
+RANGES_FILE = "ip-ranges.json"
+MAX_RANGES_FILE_BYTES = 16 * 1024 * 1024
+
+
+class RangeWindowFile:
+    """The IP range forecast's window, kept in the state directory so an agent restart does not empty it:
+    written (atomically) every `every` seconds and at exit, read once at start. A missing, unreadable or
+    malformed file is a fresh start, never an error."""
+
+    def __init__(self, path: Path, tracker: RangeTracker, *, every: float = 300.0,
+                 clock: Callable[[], float] = time.time, monotonic: Callable[[], float] = time.monotonic) -> None:
+        self.path = path
+        self.tracker = tracker
+        self.every = every
+        self.clock = clock
+        self.monotonic = monotonic
+        self._saved = monotonic()
+
+    def load(self) -> int:
+        try:
+            with self.path.open("rb") as f:
+                raw = f.read(MAX_RANGES_FILE_BYTES + 1)
+            if len(raw) > MAX_RANGES_FILE_BYTES:
+                raise ValueError("file too large")
+            taken = self.tracker.restore(json.loads(raw), self.clock())
+        except FileNotFoundError:
+            return 0
+        except (OSError, ValueError, RecursionError) as e:
+            log.warning("IP range window not restored; starting afresh", path=str(self.path), error=str(e))
+            return 0
+        log.info("IP range window restored", path=str(self.path), samples=taken)
+        return taken
+
+    def save(self, *, force: bool = False) -> None:
+        if not force and self.monotonic() - self._saved < self.every:
+            return
+        self._saved = self.monotonic()
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        try:
+            tmp.write_text(json.dumps(self.tracker.snapshot()))
+            os.replace(tmp, self.path)
+        except OSError as e:
+            log.warning("IP range window not saved", path=str(self.path), error=str(e))
+
+
 # -- the command ------------------------------------------------------------------------------------
 
 
@@ -214,15 +263,19 @@ def cmd_agent(settings: AgentSettings) -> int:
         if callable(stats):
             metrics.watch_counters(stats)  # the pod watch's lists, relists, watch restarts and events
 
+        window = RangeWindowFile(settings.safety.state_dir / RANGES_FILE, engine.ip_ranges)
+        window.load()
+
         def on_report(report: CycleReport) -> None:
             if events is not None:
                 record_events(events, node, report)
             if conditions is not None:
                 conditions.update(node_conditions(report.blocked, report.ranges))
+            window.save()
 
         run_loop(engine, interval=settings.interval, stop=stop, wakeups=wakeups, heartbeat=heartbeat,
-                 on_report=on_report if events is not None or conditions is not None else None,
-                 max_cycles=settings.max_cycles)
+                 on_report=on_report, max_cycles=settings.max_cycles)
+        window.save(force=True)
     log.info("agent stopped")
     return EXIT_CLEAN
 

@@ -288,12 +288,13 @@ def stdin_snapshot(node: str | None) -> DesiredSource:
     import sys
     import tempfile
 
-    from nodegc.desired.snapshot import SnapshotSource
+    from nodegc.desired.snapshot import MAX_SNAPSHOT_BYTES, SnapshotSource
 
     scratch = Path(tempfile.mkdtemp(prefix="nodegc-stdin-"))
     atexit.register(shutil.rmtree, scratch, ignore_errors=True)
     path = scratch / "pods"
-    path.write_bytes(sys.stdin.buffer.read())
+    # Bounded: an endless stdin stops one byte past the limit, and the snapshot refuses the size.
+    path.write_bytes(sys.stdin.buffer.read(MAX_SNAPSHOT_BYTES + 1))
     source = SnapshotSource(path, node)
     source.name = "snapshot:-"
     return source

@@ -110,6 +110,16 @@ def test_a_pods_file_above_the_size_bound_is_not_read(tmp_path: Path) -> None:
         SnapshotSource(f, "n1").fetch()
 
 
+def test_an_endless_stdin_is_read_with_a_bound(tmp_path: Path) -> None:
+    """`--pods-from -` read all of stdin into memory: /dev/zero there grew nodegc without limit."""
+    with open("/dev/zero", "rb") as zero:
+        done = subprocess.run([sys.executable, "-m", "nodegc", "scan", "--pods-from", "-", "--node", "n1",
+                               "--kubelet-root", str(tmp_path / "k")], stdin=zero, capture_output=True, text=True,
+                              timeout=120, check=False)
+    assert done.returncode == 4, done.stderr[-2000:]
+    assert "byte limit" in done.stderr and "Traceback" not in done.stderr
+
+
 # -- cache entries no ledger, log or terminal can carry --------------------------------------------
 
 
@@ -195,6 +205,17 @@ def test_a_ledger_lock_that_is_a_symlink_or_a_directory(tmp_path: Path) -> None:
     (tmp_path / "b" / "ledger.db.lock").mkdir(parents=True)
     with pytest.raises(LedgerError, match="not a regular file"):
         Ledger(tmp_path / "b" / "ledger.db")
+
+
+@pytest.mark.parametrize("shape", ["dir", "fifo"])
+def test_a_ledger_file_that_is_a_directory_or_a_fifo(tmp_path: Path, shape: str) -> None:
+    path = tmp_path / "ledger.db"
+    if shape == "dir":
+        path.mkdir()
+    else:
+        os.mkfifo(path)
+    with pytest.raises(LedgerError, match="not a regular file"):
+        Ledger(path)
 
 
 def test_a_state_dir_that_is_a_regular_file(tmp_path: Path) -> None:

@@ -198,12 +198,19 @@ _VALID_CACHE = {
 
 @st.composite
 def _cache_entry(draw: st.DrawFn) -> bytes:
-    how = draw(st.sampled_from(["binary", "json", "mutated", "truncated"]))
+    how = draw(st.sampled_from(["binary", "json", "mutated", "truncated", "plausible", "plausible"]))
     if how == "binary":
         return bytes(draw(st.binary(max_size=200)))
     if how == "json":
         return json.dumps(draw(_json)).encode("utf-8", "surrogatepass")
     doc: dict[str, Any] = json.loads(json.dumps(_VALID_CACHE))
+    if how == "plausible":  # what libcni writes, with names, ids and addresses drawn
+        doc["containerId"] = draw(st.text(min_size=1, max_size=70))
+        doc["cniArgs"] = [[k, draw(st.text(max_size=20))] for k in ("K8S_POD_NAMESPACE", "K8S_POD_NAME", "K8S_POD_UID")]
+        doc["result"]["ips"] = [{"address": draw(st.sampled_from(["10.0.0.5/24", "fd00::5/64", "10.0.0.5", "x/24",
+                                                                  "::ffff:10.0.0.5/96", "010.0.0.5/24"]))}]
+        doc["netns"] = draw(st.sampled_from(["/var/run/netns/cni-1", "/proc/1/ns/net", "", None]))
+        return json.dumps(doc).encode("utf-8", "surrogatepass")
     if how == "mutated":
         for key in draw(st.lists(st.sampled_from([*_VALID_CACHE, "extra"]), min_size=1, max_size=3)):
             doc[key] = draw(_json)
@@ -382,11 +389,11 @@ def _link_dump(draw: st.DrawFn) -> bytes:
             atype = draw(st.sampled_from([1, 3, 10, 18, 37, 5, 0x8012]))  # address, ifname, master, linkinfo...
             payload = draw(st.one_of(st.binary(max_size=12), st.sampled_from([b"veth0\0", b"\xff\xfe\0", b"a\0b\0",
                                                                               b"\x08\x00\x01\x00veth"])))
-            length = draw(st.one_of(st.just(4 + len(payload)), st.integers(0, 40)))
+            length = 4 + len(payload) if draw(st.integers(0, 9)) else draw(st.integers(0, 40))
             attrs += _NLA.pack(length & 0xFFFF, atype) + payload + b"\0" * ((4 - len(payload) % 4) % 4)
         body = _IFINFO.pack(0, 1, draw(st.integers(-5, 2**31 - 1)), 0, 0) if draw(st.integers(0, 5)) else b"\0" * 3
         body += attrs
-        length = draw(st.one_of(st.just(_NLMSG.size + len(body)), st.integers(0, 200)))
+        length = _NLMSG.size + len(body) if draw(st.integers(0, 9)) else draw(st.integers(0, 200))
         out += _NLMSG.pack(length, 16, 2, 1, 0) + body
     return out
 

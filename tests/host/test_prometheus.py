@@ -243,3 +243,7 @@ def test_dashboard_queries_and_alert_expressions_on_a_real_prometheus(  # noqa: 
                       .get("status", {}).get("conditions", [])}
         assert conditions["ResidueReclaimBlocked"]["status"] == "False"
         assert conditions["PodIPRangePressure"]["status"] == "False"
+    # The agent stopped (SIGTERM) and kept its forecast window for the next start.
+    window = json.loads((tmp_path / "state" / "ip-ranges.json").read_text())
+    (series,) = window["series"]
+    assert series["range"] == node.subnet and len(series["samples"]) >= 10

@@ -214,3 +214,61 @@ def test_firewall_rules_of_dead_attachments(sandbox_node: SandboxNode, tmp_path:
             assert _status(rt, sid) == (True, (new_ips[name],), _status(rt, sid)[2])  # type: ignore[index]
     finally:
         rt.close()
+
+
+def test_a_cni_del_that_keeps_failing_in_the_runtime(containerd_node: Runtime, tmp_path: Path) -> None:
+    """The runtime's teardown fails (its CNI configuration broke after ADD): the sandbox stays NotReady and
+    its IP stays reserved. nodegc gives the runtime its turn three times, then reclaims the network parts
+    directly (with the configuration cached at ADD); once the configuration is fixed the runtime removes
+    the sandbox."""
+    from nodegc.desired.snapshot import SnapshotSource
+    from nodegc.engine.cycle import Engine, EngineSettings
+    from nodegc.ledger.store import Ledger
+    from nodegc.planning.correlate import CorrelationPolicy
+    from nodegc.planning.phases import PhasePolicy
+    from nodegc.reclaim.dispatch import HostExecutor
+    from nodegc.settings import ScanOptions
+
+    node, rt = containerd_node
+    live, gone = new_spec("live"), new_spec("gone")
+    live_sid, gone_sid = rt.run_sandbox(live), rt.run_sandbox(gone)
+    live_ip, gone_ip = _ip(rt, live_sid), _ip(rt, gone_sid)
+    good = node.conflist_path.read_bytes()
+    broken = json.loads(good)
+    broken["plugins"][0]["type"] = "nodegc-missing-plugin"
+    node.conflist_path.write_text(json.dumps(broken))
+    import time
+
+    time.sleep(1.5)  # containerd reloads its CNI configuration
+    try:
+        rt.stop_sandbox(gone_sid)
+    except Exception as e:  # the kubelet's own attempt: CNI DEL fails
+        assert "failed to destroy network" in str(e)
+    rt.forget_pod(gone)
+    assert _status(rt, gone_sid)[0] is False  # type: ignore[index]
+    snap = write_pods(tmp_path / "pods.json", [pod_record(node, live, live_ip)])
+    clock = [time.time()]
+    settings = EngineSettings(phases=PhasePolicy(consecutive_scans=1, grace_seconds=0),
+                              correlation=CorrelationPolicy(min_age_seconds=0, add_settle_seconds=0),
+                              scan=ScanOptions(min_age_seconds=0, runtime_endpoint=rt.endpoint),
+                              max_desired_age_seconds=1e9)
+    reservation = node.ipam_dir / NETWORK_NAME / gone_ip
+    with Ledger(tmp_path / "ledger.db") as ledger:
+        def cycle() -> None:
+            clock[0] += 3600  # past every backoff
+            Engine(roots=node.roots, source=SnapshotSource(snap, node.node_name), ledger=ledger,
+                   executor=HostExecutor(node.roots, runtime_endpoint=rt.endpoint), settings=settings,
+                   clock=lambda: clock[0]).cycle()
+        for _ in range(3):
+            cycle()
+            assert reservation.exists(), "the runtime's turn first"
+        cycle()
+        cycle()
+        assert not reservation.exists(), "after three failed turns the parts are reclaimed directly"
+        assert _status(rt, live_sid) is not None and _status(rt, live_sid)[1] == (live_ip,)  # type: ignore[index]
+        node.conflist_path.write_bytes(good)
+        time.sleep(1.5)
+        cycle()
+    with rt.client() as c:
+        assert gone_sid not in {sb.id for sb in c.list_sandboxes()}
+    assert (node.ipam_dir / NETWORK_NAME / live_ip).exists()

@@ -227,3 +227,34 @@ def test_blocked_condition_names_the_refusal_and_ignores_throttling() -> None:
     assert runtime.reason == "StaleDesiredState"
     runtime = reclaim_blocked(["runtime_unavailable: the runtime lists no sandbox"])
     assert runtime.reason == "ContainerRuntimeUnavailable" and "container runtime's word" in runtime.message
+
+
+def test_the_window_survives_a_restart_through_its_snapshot_and_nothing_stale_or_malformed_comes_back(
+        tmp_path: Path) -> None:
+    from nodegc.agent import RangeWindowFile
+
+    def usage(leaked: int) -> RangeUsage:
+        ips = frozenset(f"10.0.0.{i}" for i in range(leaked))
+        return RangeUsage(NET, "10.0.0.0/24", 253, leaked + 50, 50, leaked, ips, ips)
+
+    first = RangeTracker()
+    for i in range(60):
+        first.observe([usage(10 + i // 6)], 1000.0 + 30 * i)  # one leak a minute... every 3 minutes
+    path = tmp_path / "ip-ranges.json"
+    RangeWindowFile(path, first).save(force=True)
+
+    second = RangeTracker()
+    assert RangeWindowFile(path, second, clock=lambda: 1000.0 + 30 * 60).load() == 60
+    (status,) = second.observe([usage(20)], 1000.0 + 30 * 60)
+    assert status.forecast.samples == 61 and status.forecast.leak_rate > 0
+    assert math.isfinite(status.seconds_to_exhaustion)
+
+    # A window from long ago, from the future, or malformed rows: not restored.
+    assert RangeTracker().restore(first.snapshot(), now=1000.0 + 30 * 60 + 7200) == 0
+    assert RangeTracker().restore(first.snapshot(), now=0.0) == 0
+    bad = {"version": 1, "series": [{"network": NET, "range": "r", "samples": [[1, 2], ["x"] * 6,
+                                                                               [1e9, -1, 0, 0, 0, 0]]}, "junk"]}
+    assert RangeTracker().restore(bad, now=1e9) == 0
+    path.write_text("{not json")
+    assert RangeWindowFile(path, RangeTracker()).load() == 0
+    assert RangeWindowFile(tmp_path / "absent.json", RangeTracker()).load() == 0

@@ -91,7 +91,7 @@ def test_a_ready_sandbox_keeps_its_parts_whatever_the_api_says() -> None:
     inv = Inventory(taken_at=NOW, ip_reservations=(reservation("10.0.0.2", "sb"),),
                     cni_cache=(cache("sb", uid="dead-uid", ip="10.0.0.2"),), netns=(netns("sb"),),
                     runtime=view(sandbox("sb", "dead-uid", ips=("10.0.0.2",), netns_path="/run/netns/cni-sb")))
-    out = run(inv, pod("other", "u9", ip="10.0.0.7"))
+    out = run(inv, pod("other", "u9", phase="Pending"))
     keys = (ip_key("10.0.0.2"), (Kind.CNI_CACHE, f"/cni/results/{NET}-sb-eth0"), (Kind.NETNS, "/run/netns/cni-sb"))
     for key in keys:
         assert out[key].cls is FindingClass.IN_USE, key
@@ -149,10 +149,14 @@ def test_an_unusable_view_changes_nothing() -> None:
     for bad in (view(reachable=False), view()):
         inv = Inventory(taken_at=NOW, ip_reservations=base.ip_reservations, cni_cache=base.cni_cache,
                         chains=base.chains, runtime=bad)
-        assert runtime_unusable(bad, 1) is not None
+        assert runtime_unusable(bad, [live]) is not None
         assert sorted(run(inv, live).items()) == today
     # An empty list on a node with no running pod is an answer.
-    assert runtime_unusable(view(), 0) is None
+    assert runtime_unusable(view(), []) is None
+    # A list that misses a running pod's sandbox is not the node's runtime's whole word.
+    other = view(sandbox("x", "someone-else"))
+    assert runtime_unusable(other, [live]) is not None
+    assert runtime_unusable(other, [pod("p", "someone-else")]) is None
 
 
 def test_a_reused_sandbox_id_is_a_new_identity() -> None:
@@ -227,3 +231,20 @@ def test_firewall_parse_takes_only_the_plugins_two_shapes() -> None:
         "COMMIT",
     ])
     assert [(r.ip, r.family) for r in firewall_rules_of(text)] == [("10.0.0.2", 0), ("10.0.0.2", 0), ("fd00::5", 1)]
+
+
+def test_an_incomplete_list_protects_what_it_shows_and_proves_no_absence() -> None:
+    # Adversarial: the runtime lists a READY sandbox but none for the running pod "db" (another runtime's
+    # socket, or one that just lost its state): the READY sandbox's parts stay in use, and nothing that is
+    # merely absent from the list becomes residue.
+    inv = Inventory(
+        taken_at=NOW,
+        ip_reservations=(reservation("10.0.0.2", "sb"), reservation("10.0.0.9", "ghost")),
+        cni_cache=(cache("sb", uid="gone", ip="10.0.0.2"), cache("ghost", uid="u2", ip="10.0.0.9")),
+        runtime=view(sandbox("sb", "gone", ips=("10.0.0.2",)), sandbox("nr", "gone2", ready=False)),
+    )
+    out = run(inv, pod("db", "u2", ip="10.0.0.9"))
+    assert out[ip_key("10.0.0.2")].cls is FindingClass.IN_USE
+    assert out[ip_key("10.0.0.9")].cls is FindingClass.IN_USE  # today's rule: the live pod's
+    assert out[(Kind.SANDBOX, "nr")].cls is FindingClass.PROTECTED
+    assert out[(Kind.SANDBOX, "sb")].cls is FindingClass.PROTECTED

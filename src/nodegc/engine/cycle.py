@@ -156,6 +156,8 @@ class Engine:
         """The node the desired state is about, learned from the first fetch."""
         self.ip_ranges = RangeTracker()
         self.orphans = RunningOrphans(grace_seconds=self.settings.running_orphan_grace_seconds)
+        self._gave_up: frozenset[str] = frozenset()
+        """Sandboxes whose removal through the runtime failed repeatedly, as of the last scan."""
         self.bucket = TokenBucket(per_minute=self.settings.reclaims_per_minute, burst=self.settings.reclaim_burst,
                                   clock=clock)
 
@@ -250,15 +252,18 @@ class Engine:
     def _scan(self, desired: DesiredState, report: CycleReport) -> tuple[Inventory, tuple[Finding, ...]]:
         started = time.monotonic()
         inventory = self.scanner(self.roots, self.settings.scan)
-        inventory, findings = detect(inventory, desired, now=inventory.taken_at, policy=self.settings.correlation)
+        policy = self.settings.correlation
+        gave_up = self._gave_up = self._runtime_gave_up()
+        if gave_up:
+            policy = dataclasses.replace(policy, runtime_gave_up=gave_up)
+        inventory, findings = detect(inventory, desired, now=inventory.taken_at, policy=policy)
         counts: dict[str, int] = {}
         for p in inventory.problems:
             counts[p.kind.value] = counts.get(p.kind.value, 0) + 1
             log.warning("read problem", kind=p.kind.value, path=p.path, reason=p.reason)
         self.metrics.scanned(time.monotonic() - started, sorted(counts.items()))
         report.problems += len(inventory.problems)
-        running = sum(1 for p in desired.pods if p.state is OwnerState.LIVE and not p.host_network)
-        why = runtime_unusable(inventory.runtime, running)
+        why = runtime_unusable(inventory.runtime, desired.pods)
         if why:
             # Today's rules go on; nothing that needs the runtime's word is concluded this scan.
             self._block(report, "runtime_unavailable", why)
@@ -355,6 +360,12 @@ class Engine:
             self.metrics.reclaimed(Kind.SANDBOX.value, "stopped" if stopped else "kept")
             log.info("running orphan", sandbox=f.id, stopped=stopped, detail=why)
 
+    def _runtime_gave_up(self) -> frozenset[str]:
+        """Sandboxes the runtime failed to stop and remove this many times: its turn is over."""
+        return frozenset(
+            i.resource_id for i in self.ledger.items(active_only=True).values()
+            if i.kind is Kind.SANDBOX and i.attempts >= RUNTIME_ATTEMPTS_BEFORE_DIRECT)
+
     def _runtime_doubt(self, item: Item, sandbox_id: str) -> str | None:
         """A fresh PodSandboxStatus: an attachment judged by the runtime's word needs the runtime still not
         to know its sandbox; a sandbox to remove must still exist and still be NotReady."""
@@ -363,6 +374,8 @@ class Engine:
             return "no runtime to ask"
         status = reader.fresh_status(sandbox_id)
         if item.kind is not Kind.SANDBOX:
+            if status is not None and not status.ready and sandbox_id in self._gave_up:
+                return None
             if status is not None:
                 return f"the runtime knows sandbox {sandbox_id[:12]} ({'READY' if status.ready else 'NotReady'})"
             return None
@@ -478,6 +491,9 @@ def _by_kind(verified: list[tuple[Item, Resource]]) -> list[tuple[Item, Resource
 
 _REFUSALS = frozenset({"source_unavailable", "stale_source", "blast_radius"})
 """Blocks that refuse the whole cycle: such a cycle is not a successful one."""
+
+RUNTIME_ATTEMPTS_BEFORE_DIRECT = 3
+"""Failed StopPodSandbox/RemovePodSandbox attempts of one sandbox before its parts are reclaimed directly."""
 
 _CLOCK_TOLERANCE = 5.0
 """Seconds a desired state may seem to come from the future (clock skew between threads and files)."""

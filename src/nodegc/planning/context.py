@@ -27,6 +27,9 @@ class CorrelationPolicy:
     add_settle_seconds: float = defaults.ADD_SETTLE_SECONDS
     """A reservation no cache entry explains is kept this long (counted back from the photo): its ADD may
     still be running. Never less than the minimum age."""
+    runtime_gave_up: frozenset[str] = frozenset()
+    """NotReady sandboxes whose removal through the runtime failed repeatedly (its teardown, CNI DEL, keeps
+    failing): the runtime has had its turn, and their network parts are judged as if it did not know them."""
 
 
 @dataclass

@@ -22,6 +22,7 @@ import statistics
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from nodegc.model.findings import Finding, FindingClass
 from nodegc.model.ipranges import HostLocalRange, RangeForecast, RangeStatus, RangeUsage
@@ -182,8 +183,8 @@ def forecast(samples: Sequence[Sample], capacity: int | None) -> RangeForecast:
 
 
 class RangeTracker:
-    """The window of samples per range set, fed once per scan. State, but no I/O: it lives in memory, so
-    a restarted agent forecasts again once it has two samples (the window refills over its length)."""
+    """The window of samples per range set, fed once per scan. State, but no I/O: the agent keeps a copy
+    in its state directory (`snapshot`, `restore`), so a restart does not empty the window."""
 
     def __init__(self, *, window_seconds: float = DEFAULT_WINDOW_SECONDS) -> None:
         self.window = window_seconds
@@ -213,6 +214,42 @@ class RangeTracker:
             del self._series[gone]
             self._last.pop(gone, None)
         return tuple(statuses)
+
+    def snapshot(self) -> dict[str, Any]:
+        """The window as plain data (JSON-ready): per range set, its samples."""
+        return {"version": 1, "series": [
+            {"network": net, "range": label,
+             "samples": [[x.at, x.reserved, x.held, x.leaked, x.allocated, x.new_leaks] for x in series]}
+            for (net, label), series in sorted(self._series.items())]}
+
+    def restore(self, doc: object, now: float) -> int:
+        """Samples of a snapshot that are inside the window as of `now` (none from the future: a clock that
+        stepped back); anything malformed is skipped. Returns how many samples were taken."""
+        taken = 0
+        series_list = doc.get("series") if isinstance(doc, dict) and doc.get("version") == 1 else None
+        for entry in series_list if isinstance(series_list, list) else []:
+            if not isinstance(entry, dict):
+                continue
+            net, label, raw = entry.get("network"), entry.get("range"), entry.get("samples")
+            if not (isinstance(net, str) and isinstance(label, str) and isinstance(raw, list)):
+                continue
+            samples = [_sample(row) for row in raw]
+            kept = sorted((x for x in samples if x is not None and now - self.window <= x.at <= now),
+                          key=lambda x: x.at)
+            if kept:
+                self._series[(net, label)] = deque(kept)
+                taken += len(kept)
+        return taken
+
+
+def _sample(row: object) -> Sample | None:
+    if not (isinstance(row, list) and len(row) == 6 and all(isinstance(v, int | float) for v in row)):
+        return None
+    at, reserved, held, leaked, allocated, new_leaks = row
+    if not all(math.isfinite(v) and v >= 0 for v in row):
+        return None
+    return Sample(at=float(at), reserved=int(reserved), held=int(held), leaked=int(leaked),
+                  allocated=int(allocated), new_leaks=int(new_leaks))
 
 
 # -- what the forecast is used for -------------------------------------------------------------------

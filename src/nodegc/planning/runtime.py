@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import dataclasses
 from collections import defaultdict
+from collections.abc import Iterable
 
 from nodegc.model.findings import Finding, FindingClass, Owner
-from nodegc.model.pods import OwnerState
+from nodegc.model.pods import OwnerState, Pod
 from nodegc.model.resources import Kind
 from nodegc.model.runtime import RuntimeSandbox, RuntimeView
 from nodegc.planning.context import HOLDING, Context, short
@@ -37,27 +38,38 @@ _RESIDUE_OF = {
 }
 
 
-def runtime_unusable(view: RuntimeView | None, ctx_pods_running: int) -> str | None:
+def runtime_unusable(view: RuntimeView | None, pods: Iterable[Pod]) -> str | None:
     """Why the runtime's view carries no evidence this scan (None: it does). No view at all is no
-    reason: the node has no runtime to ask (the offline forensic mode), and today's rules apply."""
+    reason: the node has no runtime to ask (the offline forensic mode), and today's rules apply.
+
+    A list that shows no sandbox at all while pods run, or none for some running pod, is not the node's
+    runtime's whole word (another runtime's socket, a runtime that just lost its state and whose pods the
+    kubelet has not recreated yet): nothing is concluded from it until every running pod has a sandbox."""
     if view is None:
         return None
     if not view.reachable:
         return f"runtime {view.endpoint} unreachable: {view.error}"
-    if not view.sandboxes and ctx_pods_running:
-        return f"runtime {view.endpoint} lists no sandbox while {ctx_pods_running} pods run on this node"
+    running = [p for p in pods if p.state is OwnerState.LIVE and not p.host_network]
+    if not view.sandboxes and running:
+        return f"runtime {view.endpoint} lists no sandbox while {len(running)} pods run on this node"
+    known = {sb.pod_uid for sb in view.sandboxes}
+    missing = [p for p in running if p.uid not in known and (p.static_uid or "") not in known]
+    if missing:
+        return (f"runtime {view.endpoint} lists no sandbox for {len(missing)} running pod(s), e.g."
+                f" {missing[0].namespace}/{missing[0].name}")
     return None
 
 
-def _running_pods(ctx: Context) -> int:
-    return sum(1 for p in ctx.desired.pods if p.state is OwnerState.LIVE and not p.host_network)
+def _running_pods(ctx: Context) -> tuple[Pod, ...]:
+    return ctx.desired.pods
 
 
 def correlate_runtime(ctx: Context) -> None:
     view = ctx.inv.runtime
-    if view is None or runtime_unusable(view, _running_pods(ctx)) is not None:
+    if view is None or not view.reachable:
         return
-    _Runtime(ctx, view).run()
+    # An incomplete list still proves what it shows (a READY sandbox is in use); it proves no absence.
+    _Runtime(ctx, view, complete=runtime_unusable(view, _running_pods(ctx)) is None).run()
 
 
 def correlate_pod_logs(ctx: Context) -> None:
@@ -94,9 +106,11 @@ def _base(path: str | None) -> str | None:
 
 
 class _Runtime:
-    def __init__(self, ctx: Context, view: RuntimeView) -> None:
+    def __init__(self, ctx: Context, view: RuntimeView, *, complete: bool = True) -> None:
         self.ctx = ctx
         self.view = view
+        self.complete = complete
+        """False: the list misses running pods' sandboxes; only what it shows protects, nothing is residue."""
         self.by_id = view.by_id()
         self.by_pod: dict[str, list[RuntimeSandbox]] = defaultdict(list)
         for sb in view.sandboxes:
@@ -123,7 +137,13 @@ class _Runtime:
         revised = [self._revise(f) for f in self.ctx.findings]
         self.ctx.findings[:] = revised
         for sb in self.view.sandboxes:
-            self.ctx.add(self._sandbox(sb))
+            found = self._sandbox(sb)
+            if not self.complete and found.cls not in (FindingClass.IN_USE, FindingClass.UNKNOWN):
+                found = dataclasses.replace(found, cls=FindingClass.PROTECTED, sandbox=None, evidence=(
+                    *found.evidence, "the runtime's list misses running pods: nothing is concluded from it"))
+            self.ctx.add(found)
+        if not self.complete:
+            return
         known = set(self.by_id) | {c.id for c in self.view.containers}
         for left in self.view.leftovers:
             if (left.id in self.by_netns) if left.what == "netns" else (left.id in known):
@@ -183,6 +203,8 @@ class _Runtime:
         sb = self.by_id.get(cid)
         if sb is not None:
             return self._tied(f, sb, f"container id {short(cid)} is sandbox {short(cid)} in the runtime")
+        if not self.complete:
+            return f  # absent from an incomplete list proves nothing
         return self._unknown_to_runtime(f, cid, mtime, ips)
 
     def _tied(self, f: Finding, sb: RuntimeSandbox, why: str) -> Finding:
@@ -195,6 +217,11 @@ class _Runtime:
             note = f"sandbox {short(sb.id)} is NotReady but the newest of a pod still starting"
             return dataclasses.replace(f, cls=FindingClass.PROTECTED if f.cls.is_residue else f.cls, owner=owner,
                                        evidence=(*f.evidence, why, note))
+        if self.complete and sb.id in self.ctx.policy.runtime_gave_up and f.kind in _RESIDUE_OF:
+            _, mtime, ips = self.cid_of.get((f.kind, f.id), (sb.id, None, ()))
+            judged = self._unknown_to_runtime(f, sb.id, mtime if mtime is not None else 0.0, ips)
+            return dataclasses.replace(judged, evidence=(*judged.evidence, f"the runtime failed to remove sandbox"
+                                                         f" {short(sb.id)} repeatedly: its turn is over"))
         # The runtime still holds the sandbox: its own teardown (StopPodSandbox runs CNI DEL) goes first.
         note = (f"sandbox {short(sb.id)} is NotReady and still held by the runtime; its parts wait until the"
                 " runtime has removed it (orphaned_sandbox)")
@@ -227,7 +254,7 @@ class _Runtime:
             # VM), whose containers the runtime cannot know. Its word says nothing here.
             return f
         why = f"container id {short(cid)} names no sandbox the runtime ({self._who()}) knows"
-        keep = self._netns_of_another_sandbox(f) or self._add_may_run(f, cid, mtime)
+        keep = self._netns_of_another_sandbox(f, cid) or self._add_may_run(f, cid, mtime)
         if keep:
             cls = FindingClass.CONFLICT if keep.startswith("its netns") else FindingClass.PROTECTED
             return dataclasses.replace(f, cls=cls if f.cls.is_residue or f.cls is FindingClass.IN_USE else f.cls,
@@ -246,13 +273,13 @@ class _Runtime:
                                    owner_state=f.owner_state if f.owner_state is not OwnerState.UNKNOWN
                                    else OwnerState.ABSENT, evidence=(*f.evidence, why))
 
-    def _netns_of_another_sandbox(self, f: Finding) -> str | None:
+    def _netns_of_another_sandbox(self, f: Finding, cid: str) -> str | None:
         """A cache entry naming the netns of a sandbox the runtime knows (the live one after a reboot, or
         another pod's): its CNI DEL would run inside that sandbox."""
         if f.kind is not Kind.CNI_CACHE:
             return None
         sb = self.by_netns.get(_base(f.netns) or "")
-        if sb is None:
+        if sb is None or sb.id == cid:  # its own NotReady sandbox's netns: where its teardown would run too
             return None
         return f"its netns {f.netns} is the runtime's sandbox {short(sb.id)}'s: a DEL there would cut it"
 
@@ -295,7 +322,15 @@ class _Runtime:
         def finding(cls: FindingClass, *notes: str, sandbox: str | None = None) -> Finding:
             return Finding(cls, Kind.SANDBOX, sb.id, owner, state, (*evidence, *notes),
                            netns=sb.netns_path, ip=sb.ips[0] if sb.ips else None, sandbox=sandbox)
+        static = None
+        if pod is None:
+            static = self.ctx.static_owner(uid=sb.pod_uid or None, namespace=sb.pod_namespace or None,
+                                           name=sb.pod_name or None)
         if sb.ready:
+            if static is not None:
+                # The kubelet runs static pods whose mirror the API refused (a missing namespace, a
+                # ServiceAccount reference): not an orphan, whatever the API shows.
+                return finding(FindingClass.PROTECTED, static)
             if pod is None and not young:
                 return finding(FindingClass.RUNNING_ORPHAN, "its pod is not in the API: reported, not stopped")
             return finding(FindingClass.IN_USE if pod is not None else FindingClass.PROTECTED,
@@ -306,8 +341,6 @@ class _Runtime:
         if young:
             return finding(FindingClass.PROTECTED, "NotReady, but younger than the photographs allow to judge")
         if pod is None:
-            static = self.ctx.static_owner(uid=sb.pod_uid or None, namespace=sb.pod_namespace or None,
-                                           name=sb.pod_name or None)
             if static is not None:
                 return finding(FindingClass.PROTECTED, static)
             return finding(FindingClass.ORPHANED_SANDBOX, "NotReady and its pod is not in the API", sandbox=sb.id)
