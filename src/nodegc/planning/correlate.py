@@ -16,7 +16,7 @@ from nodegc.model.resources import Inventory
 from nodegc.planning.context import Context, CorrelationPolicy
 from nodegc.planning.firewall import correlate_firewall
 from nodegc.planning.kubelet import correlate_kubelet
-from nodegc.planning.network import correlate_network, stand_or_fall_together
+from nodegc.planning.network import correlate_network, shared_namespaces, stand_or_fall_together
 from nodegc.planning.runtime import correlate_pod_logs, correlate_runtime
 
 __all__ = ["CorrelationPolicy", "correlate"]
@@ -35,5 +35,6 @@ def correlate(
     correlate_runtime(ctx)
     correlate_pod_logs(ctx)
     correlate_firewall(ctx)
+    shared_namespaces(ctx)
     stand_or_fall_together(ctx)
     return tuple(ctx.findings)

@@ -48,6 +48,26 @@ def correlate_network(ctx: Context) -> None:
         _by_container(ctx, Kind.HOSTPORT_RULE, _rule_id(rule), rule.container_id, rule.network)
 
 
+def shared_namespaces(ctx: Context) -> None:
+    """A cache entry to be DEL'd whose netns another sandbox's entry (another container id) names, while
+    that entry is kept for any reason: the DEL would run inside a namespace something may still use. Runs
+    after every domain (the runtime's word may have kept or released either entry)."""
+    by_path = {f.id: i for i, f in enumerate(ctx.findings) if f.kind is Kind.CNI_CACHE}
+    for key, entries in ctx.cache.by_netns.items():
+        if len({e.container_id for e in entries}) < 2:
+            continue
+        kept = [e for e in entries if (i := by_path.get(e.path)) is not None and not ctx.findings[i].cls.is_residue]
+        for e in entries:
+            i = by_path.get(e.path)
+            if i is None or not ctx.findings[i].cls.is_residue:
+                continue
+            other = next((k for k in kept if k.container_id != e.container_id), None)
+            if other is not None:
+                ctx.findings[i] = reclass(ctx.findings[i], FindingClass.CONFLICT,
+                                          f"its netns {key} is also named by sandbox {short(other.container_id)}'s"
+                                          f" entry, which is kept: a DEL would run inside it")
+
+
 _ATTACHMENT = frozenset({Kind.IP_RESERVATION, Kind.CNI_CACHE, Kind.IPTABLES_CHAIN, Kind.HOSTPORT_RULE, Kind.NETNS,
                          Kind.VETH, Kind.FIREWALL_RULE})
 

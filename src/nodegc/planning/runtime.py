@@ -335,7 +335,15 @@ class _Runtime:
         def finding(cls: FindingClass, *notes: str, sandbox: str | None = None) -> Finding:
             return Finding(cls, Kind.SANDBOX, sb.id, owner, state, (*evidence, *notes),
                            netns=sb.netns_path, ip=sb.ips[0] if sb.ips else None, sandbox=sandbox)
+        static = None
+        if pod is None:
+            static = self.ctx.static_owner(uid=sb.pod_uid or None, namespace=sb.pod_namespace or None,
+                                           name=sb.pod_name or None)
         if sb.ready:
+            if static is not None:
+                # The kubelet runs static pods whose mirror the API refused (a missing namespace, a
+                # ServiceAccount reference): not an orphan, whatever the API shows.
+                return finding(FindingClass.PROTECTED, static)
             if pod is None and not young:
                 return finding(FindingClass.RUNNING_ORPHAN, "its pod is not in the API: reported, not stopped")
             return finding(FindingClass.IN_USE if pod is not None else FindingClass.PROTECTED,
@@ -346,8 +354,6 @@ class _Runtime:
         if young:
             return finding(FindingClass.PROTECTED, "NotReady, but younger than the photographs allow to judge")
         if pod is None:
-            static = self.ctx.static_owner(uid=sb.pod_uid or None, namespace=sb.pod_namespace or None,
-                                           name=sb.pod_name or None)
             if static is not None:
                 return finding(FindingClass.PROTECTED, static)
             return finding(FindingClass.ORPHANED_SANDBOX, "NotReady and its pod is not in the API", sandbox=sb.id)

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from nodegc.hostio.cni_files import CACHE_KIND, MAX_CACHE_BYTES
+from nodegc.hostio.cni_files import CACHE_KIND, MAX_CACHE_BYTES, MAX_RESERVATION_BYTES, parse_reservation
 from nodegc.hostio.files import FileReadError, read_small_file
 from nodegc.model.resources import CNICacheEntry
 from nodegc.reclaim.cni_exec import CNIError, exec_plugin, find_plugin, plugin_env, plugin_stdin
@@ -55,6 +55,9 @@ def cni_del(entry: CNICacheEntry, *, roots: Roots, timeout: float = 30.0, keep_c
         capability_args = _capability_args(entry.capability_args_json)
     except ValueError as e:
         return Outcome.failed(f"cached configuration unusable: {e}")
+    unsafe = _addresses_not_ours(entry, plugins, roots)
+    if unsafe:
+        return Outcome.failed(f"CNI DEL not run, cache entry kept: {unsafe}")
     prev_result = cached.get("result") if _version(version) >= _PREV_RESULT_SINCE else None
     env = plugin_env(
         command="DEL",
@@ -87,6 +90,26 @@ def cni_del(entry: CNICacheEntry, *, roots: Roots, timeout: float = 30.0, keep_c
     return remove_cache_entry(entry)
 
 
+def _addresses_not_ours(entry: CNICacheEntry, plugins: list[Mapping[str, Any]], roots: Roots) -> str | None:
+    """The firewall plugin's DEL removes the rules of the cached addresses, which name only the address. It
+    runs before host-local's release, so while every cached address is still reserved by this container
+    no ADD can be handed one of them first. An address already released (an earlier DEL got that far) or
+    reserved by another container may now be a live pod's: then the plugins' DEL must not run (the engine
+    falls back to reclaiming the parts one by one, which checks each rule's address under the lock)."""
+    if not any(p.get("type") == "firewall" for p in plugins) or not entry.ips:
+        return None
+    networks = roots.cni_data_dir / "networks" / entry.network
+    for ip in entry.ips:
+        path = networks / ip.split("/", 1)[0]
+        try:
+            holder = parse_reservation(read_small_file(str(path), limit=MAX_RESERVATION_BYTES).content)[0]
+        except (FileReadError, OSError, ValueError):
+            return f"{ip} is no longer reserved by this container (a firewall DEL could cut a live pod's rules)"
+        if holder != entry.container_id:
+            return f"{ip} is now reserved by container {(holder or '?')[:12]}"
+    return None
+
+
 def _netns_for_del(entry: CNICacheEntry, roots: Roots) -> str:
     """The plugins enter CNI_NETNS and delete the interface there, so only a namespace file of this
     node's netns directory (as nodegc sees it) is passed on. Anything else, a /proc/<pid>/ns/net path
@@ -100,7 +123,7 @@ def _netns_for_del(entry: CNICacheEntry, roots: Roots) -> str:
     candidate = roots.netns_dir / name
     try:
         st = os.lstat(candidate)
-    except OSError:
+    except (OSError, ValueError):  # ValueError: a NUL in the cached path
         return ""
     return str(candidate) if stat.S_ISREG(st.st_mode) else ""
 

@@ -111,6 +111,8 @@ def exec_plugin(
         raise CNIError(f"{binary.name} {command} timed out after {timeout:.1f}s") from e
     except OSError as e:
         raise CNIError(f"cannot run {binary.name}: {e}") from e
+    except ValueError as e:  # a NUL in the cached arguments or paths: never a crash
+        raise CNIError(f"cannot run {binary.name}: {e}") from e
     if proc.returncode != 0:
         raise CNIError(
             f"{binary.name} {command} failed (exit {proc.returncode}): "

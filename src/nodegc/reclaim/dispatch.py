@@ -126,6 +126,9 @@ class _HostRun:
         """Sandboxes reclaimed without a successful DEL (it kept failing)."""
         self.torn_down: set[str] = set()
         """Sandboxes whose DEL nodegc did itself (`reclaim.teardown`)."""
+        self.busy_networks: set[str] = set()
+        """host-local directories whose lock stayed busy once this batch: the rest of theirs fails at once
+        (retried with backoff) instead of waiting out the lock timeout one reservation at a time."""
 
     def report(self, item: Item, outcome: Outcome) -> None:
         if item.container_id:
@@ -164,7 +167,11 @@ class _HostRun:
                 continue
             if not self.held(item):
                 fault_point(f"before_clean:{item.kind.value}")
-                outcome = self.reclaim(resource)
+                try:
+                    outcome = self.reclaim(resource)
+                except Exception as e:  # fails this item (retried with backoff), never the batch
+                    log.exception("reclaim step raised", item=item.key)
+                    outcome = Outcome.failed(f"reclaim step raised {type(e).__name__}: {e}")
                 fault_point(f"after_clean:{item.kind.value}")
                 self.report(item, outcome)
         self.cache_files()
@@ -189,8 +196,12 @@ class _HostRun:
         outcomes: dict[str, Outcome] = {}
         if direct:
             budget = self.x.timeout * (1 + len(direct) // 100)
-            done = tear_down([td for _, td in direct], roots=roots, timeout=budget,
-                             iptables_backend=self.x.iptables_backend)
+            try:
+                done = tear_down([td for _, td in direct], roots=roots, timeout=budget,
+                                 iptables_backend=self.x.iptables_backend)
+            except Exception as e:
+                log.exception("direct teardown raised")
+                done = [Outcome.failed(f"direct teardown raised {type(e).__name__}: {e}") for _ in direct]
             outcomes.update((item.key, o) for (item, _), o in zip(direct, done, strict=True))
             self.torn_down.update(td.entry.container_id for _, td in direct)
         outcomes.update(self._run_dels(via_plugins))
@@ -204,7 +215,11 @@ class _HostRun:
         from nodegc.reclaim.network import cni_del
 
         def one(entry: CNICacheEntry) -> Outcome:
-            return cni_del(entry, roots=self.x.roots, timeout=self.x.timeout, keep_cache=True)
+            try:
+                return cni_del(entry, roots=self.x.roots, timeout=self.x.timeout, keep_cache=True)
+            except Exception as e:  # one sandbox's odd input fails that sandbox, never the batch
+                log.exception("CNI DEL raised", entry=entry.path)
+                return Outcome.failed(f"CNI DEL raised {type(e).__name__}: {e}")
 
         if len(entries) <= 1 or self.x.del_parallelism <= 1:
             return {item.key: one(entry) for item, entry in entries}
@@ -237,7 +252,12 @@ class _HostRun:
         roots = self.x.roots
         match resource:
             case IPReservation():
-                return release_ip(resource, roots=roots)
+                if resource.network in self.busy_networks:
+                    return Outcome.failed(f"host-local lock of {resource.network} was busy earlier in this batch")
+                outcome = release_ip(resource, roots=roots)
+                if not outcome.ok and outcome.detail.startswith(f"host-local lock of {resource.network} busy"):
+                    self.busy_networks.add(resource.network)
+                return outcome
             case VethLink():
                 return delete_veth(resource, net_ns=roots.net_ns)
             case NetnsEntry():

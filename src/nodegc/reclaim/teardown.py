@@ -98,6 +98,13 @@ class Teardown:
 
 def plan(entry: CNICacheEntry, *, roots: Roots, identify: Identify) -> Teardown | str:
     """The teardown of `entry`, or why it must go through the plugins."""
+    try:
+        return _plan(entry, roots=roots, identify=identify)
+    except ValueError as e:  # a NUL in a cached path, say: the plugins' DEL decides (and fails cleanly)
+        return f"cached configuration unusable: {e}"
+
+
+def _plan(entry: CNICacheEntry, *, roots: Roots, identify: Identify) -> Teardown | str:
     if entry.config_json is None:
         return "no cached network configuration"
     try:
@@ -221,17 +228,23 @@ def tear_down(teardowns: Sequence[Teardown], *, roots: Roots, timeout: float = 3
               iptables_backend: str = "auto") -> list[Outcome]:
     """Undo each attachment as its plugins' DEL would, all at once; one outcome per teardown, in order.
 
-    Steps go in the plugins' order of consequence: the reservations, then the links, then the rules; a step
-    that fails for one attachment fails that attachment only (the engine retries it), never the others.
+    Steps go in the order the plugins' DEL takes (firewall, portmap, bridge with host-local last), with
+    host-local's lock of each network directory held from the survey of who holds which address until the
+    reservations are released: the links and rules go first, and no ADD can be handed an address while its
+    old rules are still being removed (the firewall rules name only the address). A step that fails for
+    one attachment fails that attachment only (the engine retries it), never the others, and an attachment
+    that failed a step keeps its reservations.
     """
     deadline = time.monotonic() + timeout
     work = [_Progress(t) for t in teardowns]
     for p in work:
         _verify(p)
     live = [p for p in work if p.final is None]
-    holders = _release_reservations(live, deadline=deadline)
-    _delete_links(live, net_ns=roots.net_ns)
-    _remove_rules(live, holders, net_ns=roots.net_ns, deadline=deadline, backend=iptables_backend)
+    with _NetworkLocks(live, deadline=deadline) as locks:
+        ready = [p for p in live if not p.failures]
+        _delete_links(ready, net_ns=roots.net_ns)
+        _remove_rules(ready, locks.holders, net_ns=roots.net_ns, deadline=deadline, backend=iptables_backend)
+        locks.release([p for p in ready if not p.failures])
     out: list[Outcome] = []
     for p in work:
         if p.final is not None:
@@ -261,38 +274,67 @@ def _verify(p: _Progress) -> None:
     p.result = result if isinstance(result, dict) else None
 
 
-def _release_reservations(work: Sequence[_Progress], *, deadline: float) -> dict[str, dict[str, str]]:
-    """host-local's ReleaseByID for every attachment, one lock per network directory. Returns, per
-    directory, who holds each address afterwards (ip -> container id), for the firewall step."""
-    by_dir: dict[str, list[_Progress]] = {}
-    for p in work:
-        if p.teardown.ipam_dir is not None:
-            by_dir.setdefault(p.teardown.ipam_dir, []).append(p)
-    holders: dict[str, dict[str, str]] = {}
-    for net_dir, members in by_dir.items():
-        holders[net_dir] = _release_in(net_dir, members, deadline=deadline)
-    return holders
+class _NetworkLocks:
+    """host-local's lock of every network directory of the batch (sorted, so two nodegc batches never
+    deadlock; an ADD takes one directory's lock only), held across the survey, the links and rules steps
+    and the release. `holders[dir][ip]` is who holds each address that stays reserved (an unreadable file
+    counts as held by someone)."""
 
+    def __init__(self, work: Sequence[_Progress], *, deadline: float) -> None:
+        self.deadline = deadline
+        self.by_dir: dict[str, list[_Progress]] = {}
+        for p in work:
+            if p.teardown.ipam_dir is not None:
+                self.by_dir.setdefault(p.teardown.ipam_dir, []).append(p)
+        self.fds: dict[str, tuple[int, int]] = {}
+        self.holders: dict[str, dict[str, str]] = {}
+        self.ours: dict[str, list[tuple[str, _Progress]]] = {}
 
-def _release_in(net_dir: str, members: Sequence[_Progress], *, deadline: float) -> dict[str, str]:
-    wanted = {p.teardown.entry.container_id: p for p in members}
-    held: dict[str, str] = {}
-    try:
-        locked = lock_network_dir(net_dir, timeout=max(deadline - time.monotonic(), 0.1))
-    except FileNotFoundError:
-        return held  # no directory, no reservation
-    except OSError as e:
-        for p in members:
-            p.failures.append(f"cannot lock {net_dir}: {e.strerror or e}")
-        return held
-    if locked is None:
-        for p in members:
-            p.failures.append(f"host-local lock of {net_dir} busy")
-        return held
-    dir_fd, lock_fd = locked
-    try:
-        with os.scandir(dir_fd) as it:
-            names = sorted(e.name for e in it if e.is_file(follow_symlinks=False))
+    def __enter__(self) -> _NetworkLocks:
+        try:
+            for net_dir in sorted(self.by_dir):
+                self._lock_and_survey(net_dir, self.by_dir[net_dir])
+        except BaseException:
+            self._unlock()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._unlock()
+
+    def _unlock(self) -> None:
+        for dir_fd, lock_fd in self.fds.values():
+            os.close(lock_fd)
+            os.close(dir_fd)
+        self.fds.clear()
+
+    def _lock_and_survey(self, net_dir: str, members: Sequence[_Progress]) -> None:
+        wanted = {p.teardown.entry.container_id: p for p in members}
+        held: dict[str, str] = {}
+        self.holders[net_dir] = held
+        try:
+            locked = lock_network_dir(net_dir, timeout=max(self.deadline - time.monotonic(), 0.1))
+        except FileNotFoundError:
+            return  # no directory, no reservation
+        except OSError as e:
+            for p in members:
+                p.failures.append(f"cannot lock {net_dir}: {e.strerror or e}")
+            return
+        if locked is None:
+            for p in members:
+                p.failures.append(f"host-local lock of {net_dir} busy")
+            return
+        self.fds[net_dir] = locked
+        dir_fd = locked[0]
+        ours: list[tuple[str, _Progress]] = []
+        self.ours[net_dir] = ours
+        try:
+            with os.scandir(dir_fd) as it:
+                names = sorted(e.name for e in it if e.is_file(follow_symlinks=False))
+        except OSError as e:
+            for p in members:
+                p.failures.append(f"cannot list {net_dir}: {e.strerror or e}")
+            return
         for name in names:
             if name == IPAM_LOCK_NAME or name.startswith(LAST_RESERVED_PREFIX):
                 continue
@@ -307,22 +349,25 @@ def _release_in(net_dir: str, members: Sequence[_Progress], *, deadline: float) 
             if owner is None or not (legacy or ifname == owner.teardown.entry.ifname):
                 held[name] = cid or "?"
                 continue
-            try:
-                os.unlink(name, dir_fd=dir_fd)
-            except FileNotFoundError:
-                continue
-            except OSError as e:
-                owner.failures.append(f"cannot release {name}: {e.strerror or e}")
-                held[name] = cid or "?"
-                continue
-            owner.done.append(f"released {name}")
-    except OSError as e:
-        for p in members:
-            p.failures.append(f"cannot list {net_dir}: {e.strerror or e}")
-    finally:
-        os.close(lock_fd)
-        os.close(dir_fd)
-    return held
+            ours.append((name, owner))
+
+    def release(self, done: Sequence[_Progress]) -> None:
+        """host-local's ReleaseByID for the attachments whose links and rules went, still under the lock."""
+        keep = {id(p) for p in done}
+        for net_dir, ours in self.ours.items():
+            dir_fd = self.fds[net_dir][0]
+            for name, owner in ours:
+                if id(owner) not in keep:
+                    self.holders[net_dir][name] = owner.teardown.entry.container_id
+                    continue
+                try:
+                    os.unlink(name, dir_fd=dir_fd)
+                except FileNotFoundError:
+                    continue
+                except OSError as e:
+                    owner.failures.append(f"cannot release {name}: {e.strerror or e}")
+                    continue
+                owner.done.append(f"released {name}")
 
 
 def _cached_links(p: _Progress) -> list[tuple[str, str | None, str]]:
