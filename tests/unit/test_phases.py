@@ -9,8 +9,8 @@ from nodegc.ledger.store import Ledger, LedgerLocked
 from nodegc.model.findings import Finding, FindingClass, Owner
 from nodegc.model.items import Item, Phase
 from nodegc.model.pods import OwnerState
-from nodegc.model.resources import Kind
-from nodegc.planning.phases import PhasePolicy, after_attempt, due, reconcile
+from nodegc.model.resources import Kind, ReadProblem
+from nodegc.planning.phases import Blind, PhasePolicy, after_attempt, due, reconcile
 
 POLICY = PhasePolicy(consecutive_scans=3, grace_seconds=120)
 KEY = "ip_reservation:net/10.0.0.2"
@@ -24,9 +24,9 @@ def finding(cls: FindingClass = FindingClass.LEAKED_IP) -> Finding:
 
 def scan(items: dict[str, Item], now: float, *, cls: FindingClass = FindingClass.LEAKED_IP,
          ident: tuple[tuple[str, str], ...] = IDENT, present: bool = True,
-         policy: PhasePolicy = POLICY, unreadable: frozenset[Kind] = frozenset()) -> dict[str, Item]:
+         policy: PhasePolicy = POLICY, problems: tuple[ReadProblem, ...] = ()) -> dict[str, Item]:
     found = [finding(cls)] if present else []
-    for t in reconcile(items, found, {KEY: ident}, now=now, policy=policy, unreadable=unreadable):
+    for t in reconcile(items, found, {KEY: ident}, now=now, policy=policy, blind=Blind(problems)):
         items = {**items, t.item.key: t.item}
     return items
 
@@ -61,9 +61,23 @@ def test_back_in_use_is_released_and_absence_closes() -> None:
     assert items[KEY].phase is Phase.CLOSED
 
 
-def test_unreadable_kind_never_closes() -> None:
-    items = scan(scan({}, 0), 10, present=False, unreadable=frozenset({Kind.IP_RESERVATION}))
-    assert items[KEY].phase is Phase.DETECTED
+def test_an_item_a_read_problem_may_hide_never_closes() -> None:
+    for path in ("/cni/networks/net/10.0.0.2", "/cni/networks/net", "/cni/networks", "iptables-save"):
+        problem = ReadProblem(Kind.IP_RESERVATION, path, "unreadable")
+        items = scan(scan({}, 0), 10, present=False, problems=(problem,))
+        assert items[KEY].phase is Phase.DETECTED, path
+
+
+def test_a_junk_file_beside_it_does_not_hide_an_item() -> None:
+    """A non-UTF-8 name or a symlink in the same directory says nothing about the other files."""
+    for path in ("/cni/networks/net/10.0.0.9", "/cni/networks/other", "/cni/networks/other/10.0.0.2"):
+        problem = ReadProblem(Kind.IP_RESERVATION, path, "not an IP address")
+        items = scan(scan({}, 0), 10, present=False, problems=(problem,))
+        assert items[KEY].phase is Phase.CLOSED, path
+    entry = dataclasses.replace(scan({}, 0)[KEY], kind=Kind.CNI_CACHE, resource_id="/cni/results/net-c1-eth0")
+    assert not Blind((ReadProblem(Kind.CNI_CACHE, "/cni/results/net-\udcff-eth0", "not UTF-8"),)).hides(entry)
+    assert Blind((ReadProblem(Kind.CNI_CACHE, "/cni/results", "cannot list"),)).hides(entry)
+    assert Blind((ReadProblem(Kind.CNI_CACHE, "/cni/results/net-c1-eth0", "truncated"),)).hides(entry)
 
 
 def test_attempt_outcomes_and_backoff() -> None:

@@ -34,6 +34,7 @@ from nodegc.planning.guards import BlastRadius, blast_radius_refusal
 from nodegc.planning.ipranges import NOT_URGENT, RangeTracker, range_usage, reclaim_urgency
 from nodegc.planning.phases import (
     INTERRUPTED_STEP_GONE,
+    Blind,
     PhasePolicy,
     Resource,
     Transition,
@@ -224,10 +225,10 @@ class Engine:
 
     def _mark(self, inventory: Inventory, findings: tuple[Finding, ...], now: float) -> None:
         """Every finding updates its ledger item: first seen, scans in a row, marked after K scans and grace."""
-        unreadable = frozenset(p.kind for p in inventory.problems)
+        blind = Blind(inventory.problems)
         items = self.ledger.items(active_only=True)
         self._persist(reconcile(items, findings, {k: identity_of(r) for k, r in resources(inventory).items()},
-                                now=now, policy=self.settings.phases, unreadable=unreadable), now)
+                                now=now, policy=self.settings.phases, blind=blind), now)
 
     # -- detect ----------------------------------------------------------------------------------
 
@@ -285,7 +286,7 @@ class Engine:
         by_key = {f"{f.kind.value}:{f.id}": f for f in findings}
         current = resources(inventory)
         verified: list[tuple[Item, Resource]] = []
-        unreadable = frozenset(p.kind for p in inventory.problems)
+        blind = Blind(inventory.problems)
         fetched: dict[tuple[str, str], Pod | None] = {}
         """One live GET per owner pod this pass, not one per item: a sandbox has half a dozen items."""
         groups: dict[str, list[Item]] = {}
@@ -297,7 +298,7 @@ class Engine:
         for members in ordered:
             passed: list[tuple[Item, Resource]] = []
             for item in members:
-                if item.phase is Phase.TERMINATING and item.key not in current and item.kind not in unreadable:
+                if item.phase is Phase.TERMINATING and item.key not in current and not blind.hides(item):
                     # A crash came after the side effect and before its record: the step is done.
                     self._persist([after_attempt(item, ok=True, changed=False, lazy=False, now=now,
                                                  detail=INTERRUPTED_STEP_GONE, policy=self.settings.phases)], now)
@@ -431,12 +432,12 @@ class Engine:
         """Only a confirmed absence closes an item; a rescan of the host decides."""
         inventory = self.scanner(self.roots, self.settings.scan)
         present = resources(inventory)
-        unreadable = frozenset(p.kind for p in inventory.problems)
+        blind = Blind(inventory.problems)
         now = self.clock()
         closing: list[Transition] = []
         for item, _ in verified:
             latest = self.ledger.get(item.key)
-            if latest is None or latest.phase is not Phase.CLEANED or item.kind in unreadable:
+            if latest is None or latest.phase is not Phase.CLEANED or blind.hides(item):
                 continue
             if item.key not in present or identity_of(present[item.key]) != item.identity:
                 closed = dataclasses.replace(latest, phase=Phase.CLOSED, last_seen=now)

@@ -24,6 +24,7 @@ from nodegc.model.resources import (
     NetnsEntry,
     PodDir,
     PodLogDir,
+    ReadProblem,
     VethLink,
     VolumeDir,
 )
@@ -158,6 +159,40 @@ def _mark_if_due(item: Item, previous: Phase | None, reason: str, now: float, po
     return Transition(item, previous, f"{reason} ({item.orphan_count}/{k} scans)")
 
 
+@dataclass(frozen=True)
+class Blind:
+    """What a scan could not see: its read problems, as far as they can hide one item's resource.
+
+    For the kinds whose items are files of one directory (cache entries, reservations, netns files, pod
+    directories) a problem hides an item only when it is about that very file or a directory above it: a
+    junk file beside the others (a non-UTF-8 name, a symlink) says nothing about them, and must not keep
+    every item of its kind from ever closing. For any other kind, or a problem that names no path, the whole
+    kind is unseen."""
+
+    problems: tuple[ReadProblem, ...] = ()
+
+    def hides(self, item: Item) -> bool:
+        return any(_hides(p, item) for p in self.problems if p.kind is item.kind)
+
+
+def _hides(problem: ReadProblem, item: Item) -> bool:
+    path = problem.path.rstrip("/")
+    if item.kind not in _PER_FILE or not path.startswith("/"):
+        return True
+    if item.kind is Kind.IP_RESERVATION:
+        # `<data>/networks/<network>/<ip>`: the file itself, its network's directory or the networks one.
+        network, _, ip = item.resource_id.partition("/")
+        parts = path.split("/")
+        if parts[-1] == "networks" or parts[-1] == network or parts[-2:] == [network, ip]:
+            return True
+        return not (parts[-2] == network or parts[-2] == "networks" or (len(parts) > 2 and parts[-3] == "networks"))
+    rid = item.resource_id.rstrip("/")
+    return rid == path or rid.startswith(path + "/")  # the file itself or a directory above it
+
+
+_PER_FILE = frozenset({Kind.CNI_CACHE, Kind.IP_RESERVATION, Kind.NETNS, Kind.POD_DIR})
+
+
 def reconcile(
     items: Mapping[str, Item],
     findings: Iterable[Finding],
@@ -165,10 +200,10 @@ def reconcile(
     *,
     now: float,
     policy: PhasePolicy,
-    unreadable: frozenset[Kind] = frozenset(),
+    blind: Blind = Blind(),
 ) -> list[Transition]:
-    """Detect and mark: fold one scan into the items. `unreadable` kinds had read problems this scan, so
-    their absence proves nothing and no item of theirs is closed."""
+    """Detect and mark: fold one scan into the items. An item the scan's read problems may hide is not
+    seen absent: its absence proves nothing and it is not closed."""
     out: list[Transition] = []
     seen: set[str] = set()
     for f in findings:
@@ -202,7 +237,7 @@ def reconcile(
             out.append(Transition(dataclasses.replace(item, last_seen=now, orphan_count=item.orphan_count + 1),
                                   item.phase, "still orphaned"))
     for key, item in items.items():
-        if key in seen or item.phase.final or item.kind in unreadable:
+        if key in seen or item.phase.final or blind.hides(item):
             continue
         reason = {Phase.CLEANED: "confirmed absent after clean",
                   Phase.TERMINATING: INTERRUPTED_STEP_GONE}.get(item.phase, "gone before it was reclaimed")
