@@ -204,8 +204,19 @@ class _Runtime:
         if sb is not None:
             return self._tied(f, sb, f"container id {short(cid)} is sandbox {short(cid)} in the runtime")
         if not self.complete:
-            return f  # absent from an incomplete list proves nothing
+            return self._protect_only(f, cid, ips)  # absent from an incomplete list proves nothing
         return self._unknown_to_runtime(f, cid, mtime, ips)
+
+    def _protect_only(self, f: Finding, cid: str, ips: tuple[str, ...]) -> Finding:
+        """What an incomplete list still proves: a READY sandbox's netns and addresses are in use."""
+        keep = self._netns_of_another_sandbox(f, cid)
+        if keep and (f.cls.is_residue or f.cls is FindingClass.IN_USE):
+            return dataclasses.replace(f, cls=FindingClass.CONFLICT, evidence=(*f.evidence, keep))
+        hit = [ip for ip in (normalize_ip(i) for i in ips) if ip and ip in self.ready_ips]
+        if hit and f.cls.is_residue:
+            return dataclasses.replace(f, cls=FindingClass.CONFLICT,
+                                       evidence=(*f.evidence, f"{hit[0]} is a READY sandbox's address"))
+        return f
 
     def _tied(self, f: Finding, sb: RuntimeSandbox, why: str) -> Finding:
         owner = Owner(uid=sb.pod_uid or f.owner.uid, namespace=sb.pod_namespace or f.owner.namespace,
@@ -262,7 +273,9 @@ class _Runtime:
         normalized = [ip for ip in (normalize_ip(i) for i in ips) if ip]
         claimed = [ip for ip in normalized if ip in self.ctx.pods.claims or ip in self.ready_ips]
         if claimed:
-            return dataclasses.replace(f, evidence=(*f.evidence, why, f"but {claimed[0]} is a live pod's address"))
+            note = f"but {claimed[0]} is a live pod's or a READY sandbox's address"
+            cls = FindingClass.CONFLICT if f.cls.is_residue else f.cls
+            return dataclasses.replace(f, cls=cls, evidence=(*f.evidence, why, note))
         owner = dataclasses.replace(f.owner, container_id=cid)
         if mtime is None or mtime > self.horizon:
             note = "younger than the runtime's and the API's photographs allow to judge"
