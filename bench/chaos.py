@@ -47,6 +47,7 @@ from nodegc.planning.correlate import CorrelationPolicy, correlate
 from nodegc.planning.guards import BlastRadius
 from nodegc.planning.phases import PhasePolicy
 from nodegc.reclaim.dispatch import HostExecutor
+from nodegc.sandbox.evidence import held
 from nodegc.sandbox.node import SandboxError, SandboxNode, SandboxPod
 
 FAULT_POINTS = [f"{stage}:{kind}" for stage in ("after_checkpoint", "before_clean", "after_clean", "after_record")
@@ -103,29 +104,6 @@ class ChaosSource:
             if p.namespace == namespace and p.name == name:
                 return p
         return None
-
-
-def held(node: SandboxNode, pod: SandboxPod, rules: list[str]) -> dict[str, Any]:
-    """What a live pod holds, read with the system's tools (nodegc's readers are what is under test)."""
-
-    def read(path: Path | None) -> bytes | None:
-        try:
-            return path.read_bytes() if path is not None else None
-        except OSError:
-            return None
-
-    eth0 = subprocess.run(["nsenter", f"--net={pod.netns_path}", "ip", "-o", "addr", "show", "dev", "eth0"],
-                          capture_output=True, text=True, timeout=30, check=False)
-    return {
-        "pod_dir": pod.pod_dir.is_dir(),
-        "volumes": sorted(str(p) for p in pod.volume_paths if os.path.ismount(p)),
-        "cache": read(node.cache_path(pod)),
-        "ip_file": read(node.ipam_path(pod)),
-        "netns": pod.netns_path.exists(),
-        "eth0": " ".join(eth0.stdout.split()[1:4]) if eth0.returncode == 0 else "missing",
-        "veth": node.link_exists(pod.host_veth) if pod.host_veth else None,
-        "rules": sorted(r for r in rules if pod.container_id in r),
-    }
 
 
 @dataclass
