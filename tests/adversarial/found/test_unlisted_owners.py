@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import replace
 
 from nodegc.engine.cycle import Engine, EngineSettings
@@ -12,34 +11,10 @@ from nodegc.model.pods import DesiredState, Pod
 from nodegc.model.resources import Inventory, Kind, PodLogDir, StaticPodManifest
 from nodegc.planning.correlate import CorrelationPolicy, correlate
 from nodegc.planning.phases import PhasePolicy
-from nodegc.reclaim.dispatch import Batch, OnOutcome
-from nodegc.reclaim.outcomes import Outcome
 from nodegc.settings import Roots, ScanOptions
+from tests.adversarial.test_truncated_list import Recorder
+from tests.adversarial.test_truncated_list import Source as TruncatedSource
 from tests.unit.factories import NET, NOW, cache, desired, pod, pod_dir, reservation
-
-MISSING = pod("db-0", "u-missing", ip="10.0.0.7")
-"""Live, on this node, and left out of the list (a truncated page, a proxy, a lagging cache)."""
-
-
-class TruncatedSource:
-    name = "truncated"
-
-    def fetch(self) -> DesiredState:
-        return DesiredState(node="n1", pods=(pod("web", "u-web", ip="10.0.0.2"),), source=self.name, fetched_at=NOW)
-
-    def get_pod(self, namespace: str, name: str) -> Pod | None:
-        return MISSING if (namespace, name) == (MISSING.namespace, MISSING.name) else None
-
-
-@dataclasses.dataclass
-class Recorder:
-    actions: list[str] = dataclasses.field(default_factory=list)
-    destructive: bool = True
-
-    def execute(self, batch: Batch, *, on_outcome: OnOutcome) -> None:
-        for item, _ in batch:
-            self.actions.append(item.key)
-            on_outcome(item, Outcome.done("ok"))
 
 
 def _scanner(_roots: Roots, _opts: ScanOptions) -> Inventory:
