@@ -13,8 +13,8 @@ from datetime import datetime
 from nodegc import defaults
 from nodegc.model.findings import Finding, FindingClass
 from nodegc.model.pods import DesiredState, OwnerState, Pod
-from nodegc.model.resources import Inventory, IPReservation, Kind, NetnsEntry, StaticPodManifest
-from nodegc.planning.owners import CacheIndex, PodIndex, netns_key, normalize_ip, resolve_cache_owner
+from nodegc.model.resources import CNICacheEntry, Inventory, IPReservation, Kind, NetnsEntry, StaticPodManifest
+from nodegc.planning.owners import CacheIndex, PodIndex, Resolution, netns_key, normalize_ip, resolve_cache_owner
 
 HOLDING = frozenset({OwnerState.LIVE, OwnerState.PENDING, OwnerState.UNKNOWN})
 """Owner states in which the resource may be in use."""
@@ -62,6 +62,10 @@ class Context:
     """Paths of netns files the scan reported a problem for (their addresses, say, could not be read)."""
     cache_findings: dict[str, Finding] = field(default_factory=dict)
     """Findings of the cache entries by path, once the network domain has made them."""
+    unexplained_pod_dir: str | None = None
+    """Why reservations no cache entry explains may be a left-out pod's: one of its pod directories."""
+    resolutions: dict[str, Resolution] = field(default_factory=dict)
+    """The owner of every cache entry, by path, resolved once a scan."""
     unmirrored: list[StaticPodManifest] = field(default_factory=list)
     mirrored: list[tuple[StaticPodManifest, Pod]] = field(default_factory=list)
     """Manifests with their mirror pod in the desired state: the mirror may lag behind an edited manifest."""
@@ -72,8 +76,9 @@ class Context:
         pods = PodIndex.build(desired)
         cache = CacheIndex.build(inv.cni_cache)
         explained: set[str] = set()
+        resolutions = {entry.path: resolve_cache_owner(entry, pods) for entry in inv.cni_cache}
         for entry in inv.cni_cache:
-            res = resolve_cache_owner(entry, pods)
+            res = resolutions[entry.path]
             # An entry accounts for the pod's current sandbox only when it holds the address the pod's status
             # shows: an old sandbox's entry says nothing about a new one still being set up.
             if res.pod is not None and (not res.pod.pod_ips or _ips(entry.ips) & _ips(res.pod.pod_ips)):
@@ -84,7 +89,10 @@ class Context:
         by_key = {key: ns for ns in inv.netns if (key := netns_key(ns.path)) is not None}
         return cls(inv=inv, desired=desired, pods=pods, cache=cache, now=now.timestamp(),
                    photo=desired.fetched_at.timestamp(), policy=policy, unaccounted=unaccounted,
-                   unreadable_cache=unreadable, netns_by_key=by_key,
+                   unreadable_cache=unreadable, netns_by_key=by_key, resolutions=resolutions,
+                   unexplained_pod_dir=next((f"pod directory {d.path} of a pod the desired state lacks is still there"
+                                             for d in inv.pod_dirs
+                                             if d.uid not in pods.by_uid and d.uid not in cache.by_uid), None),
                    netns_unreadable=frozenset(pr.path for pr in inv.problems if pr.kind is Kind.NETNS),
                    unmirrored=[m for m in inv.static_pods if _mirror_of(m, desired, pods) is None],
                    mirrored=[(m, p) for m in inv.static_pods if (p := _mirror_of(m, desired, pods)) is not None])
@@ -120,6 +128,10 @@ class Context:
                 return (f"static pod manifest {m.path} declares {m.namespace}/{m.name}, which the desired state"
                         f" shows no mirror pod for, and {what} fit it")
         return None
+
+    def owner_of(self, entry: CNICacheEntry) -> Resolution:
+        res = self.resolutions.get(entry.path)
+        return res if res is not None else resolve_cache_owner(entry, self.pods)
 
     def add(self, finding: Finding) -> Finding:
         self.findings.append(finding)

@@ -23,7 +23,7 @@ from nodegc.model.resources import (
     VethLink,
 )
 from nodegc.planning.context import GONE, HOLDING, Context, reclass, short
-from nodegc.planning.owners import Resolution, netns_key, normalize_ip, resolve_cache_owner
+from nodegc.planning.owners import Resolution, netns_key, normalize_ip
 from nodegc.planning.phases import hostport_rule_id
 
 
@@ -121,7 +121,7 @@ def _resolve_container(ctx: Context, container_id: str, network: str | None) -> 
     entries = _cache_for(ctx, container_id, network)
     if not entries:
         return None
-    resolutions = [resolve_cache_owner(e, ctx.pods) for e in entries]
+    resolutions = [ctx.owner_of(e) for e in entries]
     for res in resolutions:
         if res.state in HOLDING:
             return res
@@ -233,10 +233,7 @@ def _unexplained_pod_dir_note(ctx: Context) -> str | None:
     """A pod directory whose owner the desired state lacks and no cache entry names: if the list left a
     live pod out, its sandbox's reservations are ones no cache entry explains. They wait until that
     directory is gone (terminate's live GET keeps it while the pod exists)."""
-    for pod_dir in ctx.inv.pod_dirs:
-        if pod_dir.uid not in ctx.pods.by_uid and pod_dir.uid not in ctx.cache.by_uid:
-            return f"pod directory {pod_dir.path} of a pod the desired state lacks is still there"
-    return None
+    return ctx.unexplained_pod_dir
 
 
 def _unaccounted_note(ctx: Context) -> str | None:
@@ -284,7 +281,7 @@ def _shared_netns(ctx: Context, entry: CNICacheEntry, owner_uid: str | None) -> 
     for other in ctx.cache.by_netns.get(key, []):
         if other is entry:
             continue
-        res = resolve_cache_owner(other, ctx.pods)
+        res = ctx.owner_of(other)
         # Another sandbox (container id) naming the namespace while its owner may hold it: the owner UIDs
         # may both be missing (name-only entries), so the sandbox, not the UID, tells them apart.
         if res.state in HOLDING and (other.container_id != entry.container_id or res.owner.uid != owner_uid):
@@ -313,7 +310,7 @@ def _netns_held(ctx: Context, netns: str | None, owner_uid: str | None) -> str |
 
 
 def _cache_entry(ctx: Context, entry: CNICacheEntry) -> None:
-    res = resolve_cache_owner(entry, ctx.pods)
+    res = ctx.owner_of(entry)
     conflict = None
     if res.state is OwnerState.ABSENT:
         static = ctx.static_owner(uid=entry.pod_uid, namespace=entry.pod_namespace, name=entry.pod_name)
@@ -343,7 +340,7 @@ def _netns(ctx: Context, ns: NetnsEntry) -> None:
     entries = ctx.cache.by_netns.get(ns.name, [])
     finding: Finding
     if entries:
-        resolutions = [resolve_cache_owner(e, ctx.pods) for e in entries]
+        resolutions = [ctx.owner_of(e) for e in entries]
         holding = [r for r in resolutions if r.state in HOLDING]
         res = holding[0] if holding else resolutions[0]
         conflict = None if holding else (
