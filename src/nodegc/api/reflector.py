@@ -243,7 +243,7 @@ class Reflector(Generic[T]):
 
     # the watch thread
 
-    def _run(self) -> None:
+    def _run(self) -> None:  # noqa: PLR0915 - one loop, and one place for every way it can fail
         failures = 0
         relists = 0  # relists in a row with no watch that worked in between: backed off after the first
         need_list = True
@@ -290,6 +290,15 @@ class Reflector(Generic[T]):
                 detail = f"{type(e).__name__}: {e}"
                 self._note_error(f"watch failed: {detail}")
                 log.info("watch broke; resuming", cache=self.what, error=detail, resource_version=self._rv)
+                self._backoff(failures)
+            except Exception as e:
+                # Anything else (a parser's RecursionError on a hostile line, a bug): the thread must not die
+                # while `running` says it lives. Relist from scratch, backed off; the view goes stale meanwhile.
+                failures += 1
+                detail = f"{type(e).__name__}: {e}"
+                self._note_error(f"watch or list failed: {detail}")
+                log.exception("cache loop failed; relisting", cache=self.what, error=detail)
+                need_list = True
                 self._backoff(failures)
 
     def resync_delay(self) -> float:
@@ -460,7 +469,9 @@ class Reflector(Generic[T]):
         with self._lock:
             if rv is not None:
                 self._rv = rv
-            if number is None or self._high_rv is None or number >= self._high_rv:
+            # Only a resourceVersion the server vouches for dates the view: a bookmark without one proves
+            # nothing about how current the server's cache is.
+            if number is not None and (self._high_rv is None or number >= self._high_rv):
                 self._fresh_at = now
                 if number is not None:
                     self._high_rv = number

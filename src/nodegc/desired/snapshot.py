@@ -65,6 +65,9 @@ def parse_snapshot(content: bytes, *, path: Path, node: str | None, written: dat
             raise SourceError(f"{path}: pod #{index}: {e}") from e
     node = node if node is not None else _infer_node(pods, path)
     mine = tuple(pod for pod in pods if pod.node_name == node)
+    if pods and not mine:
+        raise SourceError(f"snapshot {path} lists {len(pods)} pods, none of them on node {node}: another node's"
+                          " list says nothing about this one; save this node's pods or pass the right --node")
     _refuse_filtered(mine, node, path)
     return DesiredState(node=node, pods=mine, source=source, fetched_at=written)
 

@@ -27,7 +27,7 @@ from nodegc.model.findings import Finding, FindingClass
 from nodegc.model.ipranges import RangeStatus
 from nodegc.model.items import Item, Phase
 from nodegc.model.pods import DesiredState, OwnerState, Pod
-from nodegc.model.resources import Inventory, Kind
+from nodegc.model.resources import Inventory, Kind, ReadProblem
 from nodegc.observe.logs import get_logger
 from nodegc.planning.correlate import CorrelationPolicy
 from nodegc.planning.guards import BlastRadius, blast_radius_refusal
@@ -266,8 +266,12 @@ class Engine:
         report.problems += len(inventory.problems)
         why = runtime_unusable(inventory.runtime, desired.pods)
         if why:
-            # Today's rules go on; nothing that needs the runtime's word is concluded this scan.
+            # Today's rules go on; nothing that needs the runtime's word is concluded this scan, and a
+            # sandbox the list does not show is not gone (its item neither closes nor counts as done).
             self._block(report, "runtime_unavailable", why)
+            if inventory.runtime is not None and not any(p.kind is Kind.SANDBOX for p in inventory.problems):
+                problem = ReadProblem(Kind.SANDBOX, inventory.runtime.endpoint, why)
+                inventory = dataclasses.replace(inventory, problems=(*inventory.problems, problem))
         return inventory, findings
 
     # -- terminate -------------------------------------------------------------------------------

@@ -40,6 +40,11 @@ def _in_known_range(ctx: Context, ip: str) -> bool:
     return False
 
 
+def _entry_ips(ctx: Context, path: str) -> tuple[str, ...]:
+    entry = next((e for e in ctx.inv.cni_cache if e.path == path), None)
+    return entry.ips if entry is not None else ()
+
+
 def correlate_firewall(ctx: Context) -> None:
     view = ctx.inv.runtime
     ready_ips = {normalize_ip(ip) for sb in (view.sandboxes if view and view.reachable else ()) if sb.ready
@@ -69,6 +74,16 @@ def _rule(ctx: Context, rule: FirewallRule, reservations: list[Finding], ready_i
         keep = next(f for f in reservations if not f.cls.is_residue)
         return dataclasses.replace(keep, kind=Kind.FIREWALL_RULE, id=fid, netns=None,
                                    evidence=(f"follows reservation {keep.id}: {keep.cls.value}",))
+    kept_entry = next((f for f in ctx.findings if f.kind is Kind.CNI_CACHE and not f.cls.is_residue
+                       and ip in {normalize_ip(x) for x in _entry_ips(ctx, f.id)}), None)
+    if kept_entry is not None:
+        # A cache entry that is kept lists the address (a secondary network's, a static pod's): its rule too.
+        return dataclasses.replace(kept_entry, kind=Kind.FIREWALL_RULE, id=fid, netns=None, ip=ip,
+                                   evidence=(f"cache entry {kept_entry.id} lists {ip}: {kept_entry.cls.value}",))
+    unread = next((p for p in ctx.inv.problems if p.kind is Kind.IP_RESERVATION), None)
+    if unread is not None:
+        return Finding(FindingClass.PROTECTED, Kind.FIREWALL_RULE, fid, Owner(), OwnerState.UNKNOWN,
+                       (f"no reservation of {ip} seen, but {unread.path} could not be read: it may be there",), ip=ip)
     if not _in_known_range(ctx, ip):
         return Finding(FindingClass.UNKNOWN, Kind.FIREWALL_RULE, fid, Owner(), OwnerState.UNKNOWN,
                        (f"no reservation of {ip}, and no host-local range nodegc knows holds it",), ip=ip)

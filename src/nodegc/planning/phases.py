@@ -190,7 +190,7 @@ def _hides(problem: ReadProblem, item: Item) -> bool:
     return rid == path or rid.startswith(path + "/")  # the file itself or a directory above it
 
 
-_PER_FILE = frozenset({Kind.CNI_CACHE, Kind.IP_RESERVATION, Kind.NETNS, Kind.POD_DIR})
+_PER_FILE = frozenset({Kind.CNI_CACHE, Kind.IP_RESERVATION, Kind.NETNS, Kind.POD_DIR, Kind.POD_LOG_DIR})
 
 
 def reconcile(

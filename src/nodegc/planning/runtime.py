@@ -230,7 +230,9 @@ class _Runtime:
                                        evidence=(*f.evidence, why, note))
         if self.complete and sb.id in self.ctx.policy.runtime_gave_up and f.kind in _RESIDUE_OF:
             _, mtime, ips = self.cid_of.get((f.kind, f.id), (sb.id, None, ()))
-            judged = self._unknown_to_runtime(f, sb.id, mtime if mtime is not None else 0.0, ips)
+            if mtime is None and sb.created_at is not None:
+                mtime = sb.created_at.timestamp()  # the part has no age of its own: its sandbox's (missing: young)
+            judged = self._unknown_to_runtime(f, sb.id, mtime, ips)
             return dataclasses.replace(judged, evidence=(*judged.evidence, f"the runtime failed to remove sandbox"
                                                          f" {short(sb.id)} repeatedly: its turn is over"))
         # The runtime still holds the sandbox: its own teardown (StopPodSandbox runs CNI DEL) goes first.
