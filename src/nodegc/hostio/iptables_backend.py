@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import subprocess
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,6 +45,7 @@ _COMMANDS = {
                     ("iptables-nft-restore", "ip6tables-nft-restore")),
     "default": Commands("default", ("iptables-save", "ip6tables-save"), ("iptables-restore", "ip6tables-restore")),
 }
+DEFAULT_COMMANDS = _COMMANDS["default"]
 IPV6_SAVES = frozenset(c.save[1] for c in _COMMANDS.values())
 """The IPv6 dump commands: a node without them has no IPv6 rules nodegc could see (no problem)."""
 
@@ -69,6 +71,11 @@ def commands(backend: str, *, net_ns: Path | None = None, timeout: float = 30.0)
     return found
 
 
+class BackendUnknown(Exception):
+    """A probe could not finish (timed out): which ruleset holds the node's rules is not known, and
+    nothing may be judged absent from a dump of a guessed one. Never cached: the next call probes again."""
+
+
 def forget() -> None:
     """Drop the cached decisions (tests that build one node after another)."""
     with _lock:
@@ -78,9 +85,10 @@ def forget() -> None:
 def detect(*, net_ns: Path | None = None, timeout: float = 30.0) -> tuple[str, str]:
     """("legacy" | "nft" | "default", why)."""
     dumps: dict[str, str | None] = {}
+    deadline = time.monotonic() + timeout
     for name in ("nft", "legacy"):
-        v4 = _dump(_COMMANDS[name].save[0], net_ns, timeout)
-        v6 = _dump(_COMMANDS[name].save[1], net_ns, timeout) if v4 is not None else None
+        v4 = _dump(_COMMANDS[name].save[0], net_ns, max(deadline - time.monotonic(), 0.1))
+        v6 = _dump(_COMMANDS[name].save[1], net_ns, max(deadline - time.monotonic(), 0.1)) if v4 is not None else None
         dumps[name] = None if v4 is None else v4 + (v6 or "")
     available = {k: v for k, v in dumps.items() if v is not None}
     if len(available) < len(dumps):
@@ -103,10 +111,13 @@ def detect(*, net_ns: Path | None = None, timeout: float = 30.0) -> tuple[str, s
 
 
 def _dump(cmd: str, net_ns: Path | None, timeout: float) -> str | None:
+    """The dump, or None when the command does not run here; BackendUnknown when it did not finish."""
     try:
         proc = subprocess.run(in_net_ns([cmd], net_ns), capture_output=True, timeout=timeout, check=False)
-    except (OSError, subprocess.TimeoutExpired):
+    except OSError:
         return None
+    except subprocess.TimeoutExpired as e:
+        raise BackendUnknown(f"{cmd} did not finish in {timeout:g}s; the iptables backend is not known") from e
     if proc.returncode != 0:
         return None
     return proc.stdout.decode("utf-8", "replace")

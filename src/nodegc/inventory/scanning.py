@@ -10,6 +10,7 @@ from datetime import datetime
 from pathlib import Path
 
 from nodegc.hostio.clock import utcnow
+from nodegc.hostio.iptables_backend import DEFAULT_COMMANDS, BackendUnknown
 from nodegc.hostio.iptables_backend import commands as iptables_commands
 from nodegc.hostio.mountinfo import read_mounts
 from nodegc.inventory.cni_cache import scan_cni_cache
@@ -53,8 +54,15 @@ def scan_node(
     # iptables-save runs in its own processes and the runtime answers over its socket: start both first
     # and read the files while they work.
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="scan") as pool:
-        saves = iptables_commands(options.iptables_backend, net_ns=roots.net_ns,
-                                  timeout=options.command_timeout).save
+        backend_problem: ReadProblem | None = None
+        try:
+            saves = iptables_commands(options.iptables_backend, net_ns=roots.net_ns,
+                                      timeout=options.command_timeout).save
+        except BackendUnknown as e:
+            # The rules are read with the image's iptables-save, and a problem for each kind of rule makes
+            # their absence prove nothing (no item of theirs closes or moves on).
+            saves = DEFAULT_COMMANDS.save
+            backend_problem = ReadProblem(Kind.IPTABLES_CHAIN, "iptables", str(e))
         rules_read = pool.submit(scan_iptables_all, net_ns=roots.net_ns, commands=saves,
                                  timeout=options.command_timeout)
         runtime_read = pool.submit(read_runtime, options)
@@ -68,6 +76,10 @@ def scan_node(
         leftovers = scan_leftovers(options.runtime_state_dir, mounts=inventory.mounts, proc_root=roots.proc_root,
                                    socket=str(socket_path(runtime.endpoint)))
         inventory = dataclasses.replace(inventory, runtime=dataclasses.replace(runtime, leftovers=leftovers))
+    if backend_problem is not None:
+        found = tuple(dataclasses.replace(backend_problem, kind=k)
+                      for k in (Kind.IPTABLES_CHAIN, Kind.HOSTPORT_RULE, Kind.FIREWALL_RULE))
+        inventory = dataclasses.replace(inventory, problems=(*inventory.problems, *found))
     if runtime is not None and not runtime.reachable:
         # Sandboxes the runtime could not list are not gone: their items must not close or move on.
         problem = ReadProblem(Kind.SANDBOX, runtime.endpoint, f"runtime unreachable: {runtime.error}")

@@ -107,7 +107,19 @@ def _addresses_not_ours(entry: CNICacheEntry, plugins: list[Mapping[str, Any]], 
             return f"{ip} is no longer reserved by this container (a firewall DEL could cut a live pod's rules)"
         if holder != entry.container_id:
             return f"{ip} is now reserved by container {(holder or '?')[:12]}"
+        # Another network with an overlapping range may have handed the same address to a live pod.
+        for other in _other_networks(networks):
+            if os.path.lexists(other / ip.split("/", 1)[0]):
+                return f"{ip} is also reserved in network {other.name}"
     return None
+
+
+def _other_networks(own: Path) -> list[Path]:
+    try:
+        with os.scandir(own.parent) as it:
+            return [Path(e.path) for e in it if e.is_dir(follow_symlinks=False) and e.name != own.name]
+    except OSError:
+        return []
 
 
 def _netns_for_del(entry: CNICacheEntry, roots: Roots) -> str:

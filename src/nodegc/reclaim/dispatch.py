@@ -289,8 +289,8 @@ class _HostRun:
             return
         rules = [(r, i.container_id) for i, r in items if isinstance(r, FirewallRule)]
         fault_point("before_clean:firewall_rule")
-        outcomes = remove_firewall_rules(rules, roots=self.x.roots, timeout=self.x.timeout,
-                                         backend=self.x.iptables_backend)
+        outcomes = _guarded("firewall rules", len(items), lambda: remove_firewall_rules(
+            rules, roots=self.x.roots, timeout=self.x.timeout, backend=self.x.iptables_backend))
         fault_point("after_clean:firewall_rule")
         for (item, _), outcome in zip(items, outcomes, strict=True):
             self.report(item, outcome)
@@ -302,7 +302,8 @@ class _HostRun:
         if not items:
             return
         fault_point("before_clean:veth")
-        outcomes = delete_veths([r for _, r in items if isinstance(r, VethLink)], net_ns=self.x.roots.net_ns)
+        outcomes = _guarded("veths", len(items), lambda: delete_veths(
+            [r for _, r in items if isinstance(r, VethLink)], net_ns=self.x.roots.net_ns))
         fault_point("after_clean:veth")
         for (item, _), outcome in zip(items, outcomes, strict=True):
             self.report(item, outcome)
@@ -316,12 +317,19 @@ class _HostRun:
         chains = [r for _, r in items if isinstance(r, IptablesChain)]
         rules = [r for _, r in items if isinstance(r, HostportRule)]
         fault_point("before_clean:iptables")
-        outcomes = remove_rules(chains, rules, net_ns=self.x.roots.net_ns, timeout=self.x.timeout,
-                                backend=self.x.iptables_backend)
+        try:
+            outcomes = remove_rules(chains, rules, net_ns=self.x.roots.net_ns, timeout=self.x.timeout,
+                                    backend=self.x.iptables_backend)
+        except Exception as e:  # fails these items (retried with backoff), never the batch
+            log.exception("removing rules raised")
+            outcomes = {}
+            missing = Outcome.failed(f"removing rules raised {type(e).__name__}: {e}")
+        else:
+            missing = Outcome.failed("no outcome reported for it")
         fault_point("after_clean:iptables")
         for item, resource in items:
             key = resource.name if isinstance(resource, IptablesChain) else getattr(resource, "rule", "")
-            self.report(item, outcomes.get(key, Outcome.failed("no outcome reported for it")))
+            self.report(item, outcomes.get(key, missing))
 
     def cache_files(self) -> None:
         from nodegc.reclaim.cni_del import remove_cache_entry
@@ -340,3 +348,12 @@ class _HostRun:
                 outcome = dataclasses.replace(
                     outcome, detail=f"CNI DEL kept failing; the sandbox was reclaimed directly: {outcome.detail}")
             self.on_outcome(item, outcome)
+
+
+def _guarded(what: str, count: int, call: Callable[[], list[Outcome]]) -> list[Outcome]:
+    """A batched step's outcomes; an exception out of it fails its items (retried), never the batch."""
+    try:
+        return call()
+    except Exception as e:
+        log.exception("batched reclaim step raised", step=what)
+        return [Outcome.failed(f"removing {what} raised {type(e).__name__}: {e}")] * count

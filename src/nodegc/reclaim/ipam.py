@@ -67,7 +67,12 @@ def _lock(dir_fd: int, *, timeout: float) -> int | None:
     """host-local creates the lock file the same way (O_CREATE, 0644) when it is missing."""
     flags = os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK  # a FIFO must not block us
     fd = os.open(LOCK_NAME, flags, 0o644, dir_fd=dir_fd)
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
+    try:
+        regular = stat.S_ISREG(os.fstat(fd).st_mode)
+    except BaseException:
+        os.close(fd)
+        raise
+    if not regular:
         os.close(fd)
         raise OSError(errno.EINVAL, f"{LOCK_NAME} is not a regular file")
     deadline = time.monotonic() + timeout

@@ -297,6 +297,10 @@ def remove_targets(
             outcomes.setdefault(t.key, []).append(found)
         elif not found:
             outcomes.setdefault(t.key, []).append(_absent(read_errors, "already gone"))
+        elif t.chain is not None and read_errors:
+            # Removed where it was seen, but a family that could not be read may hold it too: not done.
+            outcomes.setdefault(t.key, []).append(
+                Outcome.failed(f"not every family could be read: {'; '.join(read_errors)}"))
     for fam, fam_units in zip(families, units, strict=True):
         if fam_units:
             for unit, outcome in _apply(fam, fam_units, net_ns=net_ns, deadline=deadline):
@@ -341,5 +345,7 @@ def _target_units(t: RuleTarget, dumps: list[_Dump | None], units: list[list[_Un
             unit = _Unit(table=t.table, keys=[t.key], deletes=[delete])
             units[t.family].append(unit)
             index[t.family][(t.table, delete)] = unit
+        else:
+            index[t.family][(t.table, delete)].keys.append(t.key)  # the same rule for another target
         added = True
     return added

@@ -22,6 +22,7 @@ comment claims it; a firewall rule only while no other container holds its addre
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import hashlib
@@ -243,7 +244,7 @@ def tear_down(teardowns: Sequence[Teardown], *, roots: Roots, timeout: float = 3
     with _NetworkLocks(live, deadline=deadline) as locks:
         ready = [p for p in live if not p.failures]
         _delete_links(ready, net_ns=roots.net_ns)
-        _remove_rules(ready, locks.holders, net_ns=roots.net_ns, deadline=deadline, backend=iptables_backend)
+        _remove_rules(ready, locks, net_ns=roots.net_ns, deadline=deadline, backend=iptables_backend)
         locks.release([p for p in ready if not p.failures])
     out: list[Outcome] = []
     for p in work:
@@ -274,6 +275,10 @@ def _verify(p: _Progress) -> None:
     p.result = result if isinstance(result, dict) else None
 
 
+LOCK_TIMEOUT = 10.0
+"""At most this long for one host-local lock: a busy network must not spend the whole batch's time."""
+
+
 class _NetworkLocks:
     """host-local's lock of every network directory of the batch (sorted, so two nodegc batches never
     deadlock; an ADD takes one directory's lock only), held across the survey, the links and rules steps
@@ -286,9 +291,25 @@ class _NetworkLocks:
         for p in work:
             if p.teardown.ipam_dir is not None:
                 self.by_dir.setdefault(p.teardown.ipam_dir, []).append(p)
+        # Every other network's directory too: the firewall plugin's rules name only an address, which
+        # another network with an overlapping range may have handed to a live pod.
+        for parent in {os.path.dirname(d) for d in self.by_dir}:
+            try:
+                with os.scandir(parent) as it:
+                    others = [e.name for e in it if e.is_dir(follow_symlinks=False)]
+            except OSError:
+                others = []
+            for name in others:
+                self.by_dir.setdefault(os.path.join(parent, name), [])
         self.fds: dict[str, tuple[int, int]] = {}
         self.holders: dict[str, dict[str, str]] = {}
         self.ours: dict[str, list[tuple[str, _Progress]]] = {}
+        self.unsurveyed: list[str] = []
+        """Directories whose reservations could not be read: who holds an address there is not known."""
+
+    def holder_of(self, ip: str) -> str | None:
+        """Who holds `ip` in any network directory after the release (None: nobody)."""
+        return next((held[ip] for held in self.holders.values() if ip in held), None)
 
     def __enter__(self) -> _NetworkLocks:
         try:
@@ -303,24 +324,29 @@ class _NetworkLocks:
         self._unlock()
 
     def _unlock(self) -> None:
-        for dir_fd, lock_fd in self.fds.values():
-            os.close(lock_fd)
-            os.close(dir_fd)
+        for fds in self.fds.values():
+            for fd in fds[::-1]:  # the lock first, then its directory; one failed close must not keep the rest
+                with contextlib.suppress(OSError):
+                    os.close(fd)
         self.fds.clear()
 
     def _lock_and_survey(self, net_dir: str, members: Sequence[_Progress]) -> None:
-        wanted = {p.teardown.entry.container_id: p for p in members}
+        wanted: dict[str, list[_Progress]] = {}
+        for p in members:
+            wanted.setdefault(p.teardown.entry.container_id, []).append(p)
         held: dict[str, str] = {}
         self.holders[net_dir] = held
         try:
-            locked = lock_network_dir(net_dir, timeout=max(self.deadline - time.monotonic(), 0.1))
+            locked = lock_network_dir(net_dir, timeout=max(min(self.deadline - time.monotonic(), LOCK_TIMEOUT), 0.1))
         except FileNotFoundError:
             return  # no directory, no reservation
         except OSError as e:
+            self.unsurveyed.append(net_dir)
             for p in members:
                 p.failures.append(f"cannot lock {net_dir}: {e.strerror or e}")
             return
         if locked is None:
+            self.unsurveyed.append(net_dir)
             for p in members:
                 p.failures.append(f"host-local lock of {net_dir} busy")
             return
@@ -332,6 +358,7 @@ class _NetworkLocks:
             with os.scandir(dir_fd) as it:
                 names = sorted(e.name for e in it if e.is_file(follow_symlinks=False))
         except OSError as e:
+            self.unsurveyed.append(net_dir)
             for p in members:
                 p.failures.append(f"cannot list {net_dir}: {e.strerror or e}")
             return
@@ -345,8 +372,13 @@ class _NetworkLocks:
             except (FileReadError, ValueError):
                 held[name] = "?"  # unreadable: someone may hold it
                 continue
-            owner = wanted.get(cid or "")
-            if owner is None or not (legacy or ifname == owner.teardown.entry.ifname):
+            # Two attachments of one container (one per interface) each own only their interface's files; a
+            # legacy file that names no interface is ours only when the container has one attachment here.
+            mine = [p for p in wanted.get(cid or "", []) if ifname == p.teardown.entry.ifname]
+            if legacy and not mine and len(wanted.get(cid or "", [])) == 1:
+                mine = wanted[cid or ""]
+            owner = mine[0] if len(mine) == 1 else None
+            if owner is None:
                 held[name] = cid or "?"
                 continue
             ours.append((name, owner))
@@ -416,21 +448,24 @@ def _delete_links(work: Sequence[_Progress], *, net_ns: Path | None) -> None:
             p.failures.append(f"cannot delete {name}: {answer}")
 
 
-def _remove_rules(work: Sequence[_Progress], holders: dict[str, dict[str, str]], *, net_ns: Path | None,
+def _remove_rules(work: Sequence[_Progress], locks: _NetworkLocks, *, net_ns: Path | None,
                   deadline: float, backend: str) -> None:
     targets: list[RuleTarget] = []
     owner_of: dict[str, _Progress] = {}
     for p in work:
         entry = p.teardown.entry
-        key = entry.container_id
+        key = entry.path  # one attachment: a container may have several (one per interface)
         owner_of[key] = p
         for name in p.teardown.chains:
             targets.append(RuleTarget(key=key, owner=(entry.network, entry.container_id), chain=name))
         if p.teardown.firewall:
-            held = holders.get(p.teardown.ipam_dir or "", {})
+            if locks.unsurveyed:
+                p.failures.append(f"reservations of {locks.unsurveyed[0]} unreadable: its firewall rules are kept")
+                continue
             for ip in entry.ips:
-                if held.get(ip, entry.container_id) != entry.container_id:
-                    p.done.append(f"kept the firewall rules of {ip} (now held by {held[ip][:12]})")
+                holder = locks.holder_of(ip)
+                if holder is not None and holder != entry.container_id:
+                    p.done.append(f"kept the firewall rules of {ip} (now held by {holder[:12]})")
                     continue
                 targets += [RuleTarget(key=key, owner=None, rule=r, family=fam) for fam, r in _firewall_rules(ip)]
     if not targets:
