@@ -32,9 +32,9 @@ ADD_SETTLE_SECONDS = 300.0
 """A host-local reservation without a cache entry is kept at least this long: the entry is written when
 CNI ADD ends, and an ADD may run until the kubelet's runtime request timeout (2 minutes by default)."""
 COMMAND_TIMEOUT_SECONDS = 30.0
+"""Upper bound for one external command (iptables-save, a CNI plugin)."""
 IPTABLES_BACKEND = "auto"
 """Which iptables holds the node's rules: detected (hint chains, then rule counts), as kube-proxy does."""
-"""Upper bound for one external command (iptables-save, a CNI plugin)."""
 
 # -- container runtime (CRI) -----------------------------------------------------------------------
 RUNTIME_ENDPOINT = "unix:///run/containerd/containerd.sock"
@@ -66,7 +66,7 @@ GRACE_SECONDS = 120.0
 AGENT_INTERVAL_SECONDS = 30.0
 AGENT_METRICS_ADDRESS = "0.0.0.0:9808"
 AGENT_CONFIG_FILE: str | None = None
-"""No config file unless one is named (--config or $NODEGC_CONFIG)."""
+"""No config file unless one is named (--config)."""
 
 # -- the controller --------------------------------------------------------------------------------
 CONTROLLER_INTERVAL_SECONDS = 30.0
