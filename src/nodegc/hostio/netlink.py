@@ -355,6 +355,68 @@ def _socket_in(net_ns: Path, *, timeout: float, protocol: int = NETLINK_ROUTE) -
     return outcome
 
 
+def open_many(paths: Sequence[Path], *, timeout: float = DEFAULT_TIMEOUT) -> list[RtnlSocket | NetlinkError]:
+    """A socket in the namespace of each netns file, in order, or why there is none.
+
+    One thread enters the namespaces in turn (a thread costs far more than a setns, and a scan may read
+    hundreds of namespaces); like `RtnlSocket.open`, it goes back to its own namespace after each one and
+    the calling thread never changes namespace. Namespaces not entered within `timeout` fail; a socket
+    made after that is closed, not handed out.
+    """
+    if not paths:
+        return []
+    made: list[socket.socket | BaseException] = []
+    lock = threading.Lock()
+    abandoned = threading.Event()
+    thread = threading.Thread(target=_open_many_in_thread, args=(list(paths), made, lock, abandoned),
+                              name="nodegc-netns", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    with lock:
+        abandoned.set()
+        results = list(made)
+    out: list[RtnlSocket | NetlinkError] = []
+    for i, path in enumerate(paths):
+        where = os.fsdecode(path)
+        if i >= len(results):
+            out.append(NetlinkError(f"{where}: entering the namespace did not finish in time"))
+            continue
+        outcome = results[i]
+        if isinstance(outcome, BaseException):
+            error = NetlinkError(f"{where}: {outcome}")
+            error.__cause__ = outcome
+            out.append(error)
+            continue
+        try:
+            outcome.settimeout(timeout)
+            outcome.bind((0, 0))
+        except OSError as e:
+            outcome.close()
+            out.append(NetlinkError(f"cannot bind netlink socket: {e.strerror or e}"))
+            continue
+        out.append(RtnlSocket(outcome))
+    return out
+
+
+def _open_many_in_thread(paths: list[Path], made: list[socket.socket | BaseException], lock: threading.Lock,
+                         abandoned: threading.Event) -> None:
+    for path in paths:
+        try:
+            outcome: socket.socket | BaseException = _enter_and_open(path)
+        except BaseException as e:  # handed to the caller, which raises it in its own thread
+            outcome = e
+        stranded = isinstance(outcome, _Stranded)
+        with lock:
+            if abandoned.is_set():
+                if isinstance(outcome, socket.socket):
+                    outcome.close()
+                return
+            # A thread that could not go back is no longer where it started: it enters nothing more.
+            made.extend([outcome] * (len(paths) - len(made)) if stranded else [outcome])
+        if stranded:
+            return
+
+
 def _open_in_thread(net_ns: Path, result: list[socket.socket | BaseException], protocol: int) -> None:
     try:
         result.append(_enter_and_open(net_ns, protocol))
@@ -363,7 +425,7 @@ def _open_in_thread(net_ns: Path, result: list[socket.socket | BaseException], p
 
 
 def _enter_and_open(net_ns: Path, protocol: int = NETLINK_ROUTE) -> socket.socket:
-    # the thread's own namespace, to go back to; the thread exits right after, so a failed return is moot
+    # the thread's own namespace, to go back to; a thread that cannot go back is never used again
     home = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
     try:
         target = os.open(net_ns, os.O_RDONLY | os.O_CLOEXEC)
@@ -372,11 +434,29 @@ def _enter_and_open(net_ns: Path, protocol: int = NETLINK_ROUTE) -> socket.socke
         finally:
             os.close(target)
         try:
-            return _new_socket(protocol)
-        finally:
-            _setns(home, "cannot return to the original namespace")
+            sock = _new_socket(protocol)
+        except BaseException:
+            _return(home)
+            raise
+        try:
+            _return(home)
+        except _Stranded:
+            sock.close()
+            raise
+        return sock
     finally:
         os.close(home)
+
+
+class _Stranded(OSError):
+    """The thread entered a namespace and could not go back to its own."""
+
+
+def _return(home: int) -> None:
+    try:
+        _setns(home, "cannot return to the original namespace")
+    except OSError as e:
+        raise _Stranded(e.errno, e.strerror) from e
 
 
 def _setns(fd: int, what: str) -> None:
