@@ -28,6 +28,7 @@ from nodegc.model.ipranges import RangeStatus
 from nodegc.model.items import Item, Phase
 from nodegc.model.pods import DesiredState, OwnerState, Pod
 from nodegc.model.resources import Inventory, Kind, ReadProblem
+from nodegc.model.runtime import RuntimeSandbox
 from nodegc.observe.logs import get_logger
 from nodegc.planning.correlate import CorrelationPolicy
 from nodegc.planning.guards import BlastRadius, blast_radius_refusal
@@ -293,6 +294,8 @@ class Engine:
         blind = Blind(inventory.problems)
         fetched: dict[tuple[str, str], Pod | None] = {}
         """One live GET per owner pod this pass, not one per item: a sandbox has half a dozen items."""
+        statuses: dict[str, RuntimeSandbox | None] = {}
+        """One fresh PodSandboxStatus per sandbox this phase (taken here, never the scan's), not one per item."""
         groups: dict[str, list[Item]] = {}
         for item in sorted(candidates, key=lambda i: (_KIND_ORDER[i.kind], i.key)):
             groups.setdefault(_group(item), []).append(item)
@@ -311,7 +314,7 @@ class Engine:
                 doubt = self._doubt(item, fresh, current.get(item.key))
                 if doubt is None and fresh is not None and fresh.sandbox:
                     try:
-                        doubt = self._runtime_doubt(item, fresh.sandbox)
+                        doubt = self._runtime_doubt(item, fresh.sandbox, statuses)
                     except CRIError as e:
                         self._block(report, "runtime_unavailable", f"fresh sandbox status failed: {e}")
                         return self._checkpoint(_by_kind(verified), now)
@@ -371,13 +374,16 @@ class Engine:
             i.resource_id for i in self.ledger.items(active_only=True).values()
             if i.kind is Kind.SANDBOX and i.attempts >= RUNTIME_ATTEMPTS_BEFORE_DIRECT)
 
-    def _runtime_doubt(self, item: Item, sandbox_id: str) -> str | None:
+    def _runtime_doubt(self, item: Item, sandbox_id: str, statuses: dict[str, RuntimeSandbox | None]) -> str | None:
         """A fresh PodSandboxStatus: an attachment judged by the runtime's word needs the runtime still not
-        to know its sandbox; a sandbox to remove must still exist and still be NotReady."""
+        to know its sandbox; a sandbox to remove must still exist and still be NotReady. `statuses` holds the
+        answers of this terminate phase: the items of one sandbox share one status call."""
         reader = runtime_reader(self.settings.scan)
         if reader is None:
             return "no runtime to ask"
-        status = reader.fresh_status(sandbox_id)
+        if sandbox_id not in statuses:
+            statuses[sandbox_id] = reader.fresh_status(sandbox_id)
+        status = statuses[sandbox_id]
         if item.kind is not Kind.SANDBOX:
             if status is not None and not status.ready and sandbox_id in self._gave_up:
                 return None

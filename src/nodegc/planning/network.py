@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 
 from nodegc.model.findings import Finding, FindingClass, Owner
-from nodegc.model.pods import OwnerState
+from nodegc.model.pods import OwnerState, Pod
 from nodegc.model.resources import (
     CNICacheEntry,
     HostportRule,
@@ -150,7 +150,7 @@ def _reservation(ctx: Context, r: IPReservation, reserved_ips: set[str]) -> None
 def _reservation_with_cache(
     ctx: Context, r: IPReservation, where: str, res: Resolution, evidence: tuple[str, ...]
 ) -> Finding:
-    others = [p for p in ctx.pods.claims.get(r.ip, []) if p.uid != res.owner.uid]
+    others = [p for p in ctx.pods.claims.get(r.ip, []) if not _is_owner(p, res)]
     evidence = evidence + res.evidence
     if others:
         names = ", ".join(f"{p.namespace}/{p.name}" for p in others)
@@ -160,6 +160,14 @@ def _reservation_with_cache(
     if res.state in HOLDING:
         return Finding(FindingClass.IN_USE, Kind.IP_RESERVATION, where, res.owner, res.state, evidence, ip=r.ip)
     return Finding(FindingClass.LEAKED_IP, Kind.IP_RESERVATION, where, res.owner, res.state, evidence, ip=r.ip)
+
+
+def _is_owner(pod: Pod, res: Resolution) -> bool:
+    """The claimant is the entry's owner: the same UID, or the very pod its UID resolved to (a static pod's
+    mirror, whose API UID differs from the config hash the kubelet puts in the cache entry). Only the pod
+    the resolution found counts: another mirror of the same hash is another claimant (a conflict), and a
+    resolved pod that is terminal never claims an address, so this turns no conflict into a reclaim."""
+    return pod.uid == res.owner.uid or (res.pod is not None and pod.uid == res.pod.uid)
 
 
 def _reservation_without_cache(
