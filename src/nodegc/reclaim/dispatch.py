@@ -134,9 +134,6 @@ class _HostRun:
         """Sandboxes reclaimed without a successful DEL (it kept failing)."""
         self.torn_down: set[str] = set()
         """Sandboxes whose DEL nodegc did itself (`reclaim.teardown`)."""
-        self.busy_networks: set[str] = set()
-        """host-local directories whose lock stayed busy once this batch: the rest of theirs fails at once
-        (retried with backoff) instead of waiting out the lock timeout one reservation at a time."""
 
     def report(self, item: Item, outcome: Outcome) -> None:
         if item.container_id:
@@ -150,7 +147,7 @@ class _HostRun:
         return False
 
     def run(self, batch: Batch) -> None:
-        rules_done = veths_done = dels_done = firewall_done = False
+        rules_done = veths_done = dels_done = firewall_done = ips_done = False
         for item, resource in batch:
             if isinstance(resource, IptablesChain | HostportRule):
                 if not rules_done:
@@ -167,6 +164,11 @@ class _HostRun:
                 if not dels_done:
                     dels_done = True
                     self.cni_dels([(i, r) for i, r in batch if isinstance(r, CNICacheEntry)])
+                continue
+            if isinstance(resource, IPReservation):
+                if not ips_done:
+                    ips_done = True
+                    self.ips([(i, r) for i, r in batch if isinstance(r, IPReservation) and not self.held(i)])
                 continue
             if isinstance(resource, VethLink):
                 if not veths_done:
@@ -254,18 +256,15 @@ class _HostRun:
 
     def reclaim(self, resource: Resource) -> Outcome:
         from nodegc.reclaim.filesystem import remove_pod_dir
-        from nodegc.reclaim.network import delete_veth, release_ip, remove_netns
+        from nodegc.reclaim.network import delete_veth, remove_netns
         from nodegc.reclaim.unmounting import unmount_volume
 
         roots = self.x.roots
         match resource:
             case IPReservation():
-                if resource.network in self.busy_networks:
-                    return Outcome.failed(f"host-local lock of {resource.network} was busy earlier in this batch")
-                outcome = release_ip(resource, roots=roots)
-                if not outcome.ok and outcome.detail.startswith(f"host-local lock of {resource.network} busy"):
-                    self.busy_networks.add(resource.network)
-                return outcome
+                from nodegc.reclaim.ipam import release_ip
+
+                return release_ip(resource, roots=roots)
             case VethLink():
                 return delete_veth(resource, net_ns=roots.net_ns)
             case NetnsEntry():
@@ -311,6 +310,20 @@ class _HostRun:
         outcomes = _guarded("firewall rules", len(items), lambda: remove_firewall_rules(
             rules, roots=self.x.roots, timeout=self.x.timeout, backend=self.x.iptables_backend))
         fault_point("after_clean:firewall_rule")
+        for (item, _), outcome in zip(items, outcomes, strict=True):
+            self.report(item, outcome)
+
+    def ips(self, items: Sequence[tuple[Item, Resource]]) -> None:
+        """All reservations of one cycle: host-local's lock of each network taken once for all of its
+        reservations (a busy lock costs one timeout per network), each compared before its removal."""
+        from nodegc.reclaim.ipam import release_ips
+
+        if not items:
+            return
+        fault_point("before_clean:ip_reservation")
+        outcomes = _guarded("IP reservations", len(items), lambda: release_ips(
+            [r for _, r in items if isinstance(r, IPReservation)], roots=self.x.roots))
+        fault_point("after_clean:ip_reservation")
         for (item, _), outcome in zip(items, outcomes, strict=True):
             self.report(item, outcome)
 
