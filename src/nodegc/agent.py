@@ -110,6 +110,10 @@ def record_events(events: EventRecorder, node: str, report: CycleReport) -> None
         events.record(ObjectRef.node(node), reason="RunningOrphanSandbox", type=EventType.WARNING,
                       message=f"sandbox {f.id[:12]} of {f.owner.label()} (uid {f.owner.uid}) is READY but its pod"
                               " is not in the API")
+    for f in report.orphan_shims:
+        events.record(ObjectRef.node(node), reason="OrphanShim", type=EventType.WARNING,
+                      message=f"containerd shim {f.id} of id {(f.owner.container_id or '?')[:12]} runs, but the"
+                              " runtime lists no such sandbox or container")
     for f, stopped, why in report.stopped_orphans:
         if stopped:
             events.record(ObjectRef.node(node), reason="RunningOrphanStopped", type=EventType.WARNING,
@@ -229,7 +233,8 @@ def cmd_agent(settings: AgentSettings) -> int:
     executor = make_executor(roots, dry_run=settings.dry_run, timeout=settings.safety.command_timeout,
                              runtime_endpoint=settings.safety.runtime_endpoint,
                              runtime_timeout=settings.safety.runtime_timeout,
-                             iptables_backend=settings.safety.iptables_backend)
+                             iptables_backend=settings.safety.iptables_backend,
+                             runtime_state_dir=settings.safety.runtime_state_dir)
     metrics = Metrics()
     heartbeat = Heartbeat(settings.interval)
     metrics.readiness(heartbeat.ready)

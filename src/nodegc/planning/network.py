@@ -6,6 +6,7 @@ the pod IPs it carries, and only as far as the evidence goes (everything else st
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import defaultdict
 from collections.abc import Iterable
@@ -494,7 +495,10 @@ def _classify_by_container(
                       OwnerState.UNKNOWN, (*evidence, "no cache entry or IP reservation to tie it to a pod")))
 
 
-_RULE_IP = re.compile(r"(?:^|\s)(?:-s|-d|--to-destination)\s+\[?([0-9a-fA-F.:]+?)\]?(?:/(?:32|128))?(?::\d+)?(?=\s|$)")
+_IP_FLAGS = frozenset({"-s", "-d", "--to-destination"})
+_RULE_IP_ARG = re.compile(r"\[?([0-9a-fA-F.:]+?)\]?(?:/(?:32|128))?(?::\d+)?")
+"""The argument of an address flag that names one host: an address, bracketed or not, with an optional /32 or
+/128 and port."""
 
 
 def _chain_ips(inv: Inventory) -> dict[str, set[str]]:
@@ -505,11 +509,25 @@ def _chain_ips(inv: Inventory) -> dict[str, set[str]]:
     for cid, text in texts:
         if not cid:
             continue
-        for match in _RULE_IP.finditer(text):
+        for ip in rule_ips(text):
+            found[cid].add(ip)
+    return found
+
+
+@functools.lru_cache(maxsize=16384)
+def rule_ips(text: str) -> tuple[str, ...]:
+    """The host addresses a rule's -s, -d and --to-destination flags name (normalized), in order.
+
+    A rule is split on whitespace: a flag is a whole word, and its argument the next word, matched whole.
+    Remembered: the same rules come back scan after scan."""
+    words = text.split()
+    out: list[str] = []
+    for i in range(len(words) - 1):
+        if words[i] in _IP_FLAGS and (match := _RULE_IP_ARG.fullmatch(words[i + 1])) is not None:
             ip = normalize_ip(match.group(1))
             if ip:
-                found[cid].add(ip)
-    return found
+                out.append(ip)
+    return tuple(out)
 
 
 def _rule_id(rule: HostportRule) -> str:
