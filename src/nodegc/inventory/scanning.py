@@ -103,7 +103,7 @@ def scan_node(
 
 def _read_host(roots: Roots, taken_at: datetime, rules_read: Future[_Rules]) -> Inventory:
     problems: list[ReadProblem] = []
-    mounts, found = read_mounts(roots.proc_root)
+    mounts, found = read_mounts(roots.proc_root, reuse=True)
     problems += found
     pod_dirs, found = scan_pod_dirs(roots.kubelet_root, mounts)
     problems += found
