@@ -107,7 +107,7 @@ def run_agent(argv: list[str], *, warmup: int, cycles: int) -> dict[str, Any]:
     try:
         assert agent.stderr is not None
         for line in agent.stderr:
-            if "destructive actions blocked" in line:
+            if "destructive actions blocked" in line and len(marks) >= warmup:  # the measured cycles only
                 blocked.append(line.strip()[:200])
             if '"level": "error"' in line:
                 errors.append(line.strip()[:300])
