@@ -420,12 +420,28 @@ class Engine:
     # -- clean and confirm -----------------------------------------------------------------------
 
     def _clean(self, verified: list[tuple[Item, Resource]], report: CycleReport) -> None:
+        """The executor's outcomes are recorded one transaction per step (outcomes of one kind in a row),
+        not one per item: each transaction is an fsync. No side effect waits on an outcome's record (the
+        TERMINATING checkpoint guards them all); a crash before a step's record leaves its items
+        TERMINATING, and the next terminate finds each one done (gone) or re-verifies and retries it."""
+        pending: list[Transition] = []
+
+        def flush() -> None:
+            if not pending:
+                return
+            batch = list(pending)
+            pending.clear()
+            self._persist(batch, self.clock())
+            for t in batch:
+                fault_point(f"after_record:{t.item.kind.value}")
+
         def on_outcome(item: Item, outcome: Outcome) -> None:
+            if pending and pending[-1].item.kind is not item.kind:
+                flush()
             now = self.clock()
-            t = after_attempt(item, ok=outcome.ok, changed=outcome.identity_changed, detail=outcome.detail,
-                              lazy=outcome.lazy, now=now, policy=self.settings.phases, skipped=outcome.skipped)
-            self._persist([t], now)
-            fault_point(f"after_record:{item.kind.value}")
+            pending.append(after_attempt(item, ok=outcome.ok, changed=outcome.identity_changed,
+                                         detail=outcome.detail, lazy=outcome.lazy, now=now,
+                                         policy=self.settings.phases, skipped=outcome.skipped))
             result = "dry_run" if outcome.skipped else "gone" if outcome.already_gone else "ok" if outcome.ok else (
                 "changed" if outcome.identity_changed else "failed")
             self.metrics.reclaimed(item.kind.value, result)
@@ -436,7 +452,10 @@ class Engine:
 
         if self.executor.destructive:
             verified = [(dataclasses.replace(i, phase=Phase.TERMINATING), r) for i, r in verified]
-        self.executor.execute(verified, on_outcome=on_outcome)
+        try:
+            self.executor.execute(verified, on_outcome=on_outcome)
+        finally:
+            flush()
 
     def _confirm(self, verified: list[tuple[Item, Resource]], report: CycleReport) -> None:
         """Only a confirmed absence closes an item; a rescan of the host decides."""
