@@ -1,6 +1,7 @@
 """Clean records the executor's outcomes one ledger transaction per step (each transaction is an fsync),
-not one per item, and still records every outcome reported before an executor raised; every item ends in
-the phase its outcome says."""
+not one per item, and still records every outcome reported before an executor raised; terminate records
+the items it sends back with its checkpoint, in one transaction. Every item ends in the phase its outcome
+says."""
 
 from __future__ import annotations
 
@@ -12,11 +13,13 @@ import pytest
 from nodegc.engine.cycle import Engine, EngineSettings
 from nodegc.ledger.store import Change, Ledger
 from nodegc.model.items import Phase
+from nodegc.model.pods import DesiredState
 from nodegc.model.resources import CNICacheEntry, IPReservation
 from nodegc.planning.phases import PhasePolicy
 from nodegc.reclaim.dispatch import Batch, OnOutcome
 from nodegc.reclaim.outcomes import Outcome
 from nodegc.settings import Roots
+from tests.unit.factories import pod
 from tests.unit.test_reclaim_order import T0, Source, World
 
 
@@ -78,3 +81,35 @@ def test_outcomes_reported_before_an_executor_raised_are_recorded() -> None:
         phases = [i.phase for i in ledger.items().values()]
     assert phases.count(Phase.CLEANED) == 10
     assert phases.count(Phase.TERMINATING) == 6
+
+
+class TurningSource(Source):
+    """Detect sees the owners gone; terminate's fresh read shows them all back (a lagging list caught up)."""
+
+    def __init__(self, clock: list[float], world: World) -> None:
+        super().__init__(clock)
+        self.world = world
+        self.fetches = 0
+
+    def fetch(self) -> DesiredState:
+        self.fetches += 1
+        first = super().fetch()
+        if self.fetches == 1:
+            return first
+        back = tuple(pod(f"p-{r.container_id}", f"u-{r.container_id}", ip=r.ip) for r in self.world.reservations)
+        return dataclasses.replace(first, pods=first.pods + back)
+
+
+def test_items_sent_back_at_terminate_are_recorded_in_one_transaction() -> None:
+    world = World()
+    clock = [T0]
+    ledger = CountingLedger(":memory:")
+    with ledger:
+        executor = Executor(world, ledger)
+        settings = EngineSettings(phases=PhasePolicy(consecutive_scans=1, grace_seconds=0))
+        engine = Engine(roots=Roots(), source=TurningSource(clock, world), ledger=ledger, executor=executor,
+                        settings=settings, clock=lambda: clock[0], scanner=world.scan)
+        report = engine.cycle()
+        assert len(report.sent_back) == 16 and report.outcomes == []
+        assert ledger.transactions == 2  # the marks of detect, the 16 send-backs of terminate
+        assert {i.phase for i in ledger.items().values()} == {Phase.DETECTED}
