@@ -13,7 +13,15 @@ from datetime import datetime
 from nodegc import defaults
 from nodegc.model.findings import Finding, FindingClass
 from nodegc.model.pods import DesiredState, OwnerState, Pod
-from nodegc.model.resources import CNICacheEntry, Inventory, IPReservation, Kind, NetnsEntry, StaticPodManifest
+from nodegc.model.resources import (
+    CNICacheEntry,
+    Inventory,
+    IPReservation,
+    Kind,
+    NetnsEntry,
+    ReadProblem,
+    StaticPodManifest,
+)
 from nodegc.planning.owners import CacheIndex, PodIndex, Resolution, netns_key, normalize_ip, resolve_cache_owner
 
 HOLDING = frozenset({OwnerState.LIVE, OwnerState.PENDING, OwnerState.UNKNOWN})
@@ -107,10 +115,12 @@ class Context:
                    mirrored=[(m, p) for m in inv.static_pods if (p := _mirror_of(m, desired, pods)) is not None])
 
     def same_but_netns(self, inv: Inventory, desired: DesiredState, now: datetime, policy: CorrelationPolicy) -> bool:
-        """Whether a correlation of `inv` sees what this one saw, its network namespaces and read problems
-        aside: the same desired state, time and policy, and the very same records of every other kind."""
+        """Whether a correlation of `inv` sees what this one saw, its network namespaces aside: the same
+        desired state, time and policy, the very same records of every other kind and the same read
+        problems of every other kind."""
         return (desired is self.desired and now.timestamp() == self.now and policy == self.policy
-                and all(getattr(inv, name) is getattr(self.inv, name) for name in _NOT_NETNS))
+                and all(getattr(inv, name) is getattr(self.inv, name) for name in _NOT_NETNS)
+                and _not_netns(inv.problems) == _not_netns(self.inv.problems))
 
     def static_owner(self, *, uid: str | None, namespace: str | None = None, name: str | None = None,
                      containers: tuple[str, ...] | None = None, mtime: float | None = None) -> str | None:
@@ -178,7 +188,11 @@ class Context:
 
 
 _NOT_NETNS = tuple(f.name for f in fields(Inventory) if f.name not in ("netns", "problems"))
-"""What a correlation reads of an inventory besides its namespaces and its read problems."""
+"""What a correlation reads of an inventory besides its namespaces and its read problems (compared apart)."""
+
+
+def _not_netns(problems: tuple[ReadProblem, ...]) -> tuple[ReadProblem, ...]:
+    return tuple(p for p in problems if p.kind is not Kind.NETNS)
 
 
 def _unreadable_cache(inv: Inventory) -> tuple[str, ...]:
