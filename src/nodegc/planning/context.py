@@ -6,6 +6,7 @@ context and appends findings; `correlate` runs the domains in order and then the
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from dataclasses import dataclass, field, fields
 from datetime import datetime
@@ -74,6 +75,8 @@ class Context:
     """Why reservations no cache entry explains may be a left-out pod's: one of its pod directories."""
     resolutions: dict[str, Resolution] = field(default_factory=dict)
     """The owner of every cache entry, by path, resolved once a scan."""
+    runtime_unusable: tuple[str | None] | None = None
+    """Why the runtime's view carries no evidence (planning.runtime), once worked out: (reason or None,)."""
     unmirrored: list[StaticPodManifest] = field(default_factory=list)
     mirrored: list[tuple[StaticPodManifest, Pod]] = field(default_factory=list)
     """Manifests with their mirror pod in the desired state: the mirror may lag behind an edited manifest."""
@@ -162,7 +165,7 @@ class Context:
         self.findings.append(finding)
         return finding
 
-    @property
+    @functools.cached_property
     def cutoff(self) -> float:
         """Only what is older than this can be residue: the minimum age, counted back from the photo's
         time (the desired state cannot know a pod born after it was taken), never from a later scan."""

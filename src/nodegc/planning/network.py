@@ -117,13 +117,15 @@ def stand_or_fall_together(ctx: Context) -> None:
         cls = FindingClass.IN_USE if in_use else FindingClass.PROTECTED
         # In use wins over protected too: the part's own reason to wait is moot when its sandbox is live.
         weaker = {FindingClass.PROTECTED} if in_use else set()
+        changed = [i for i in indexes if ctx.findings[i].cls.is_residue or ctx.findings[i].cls in weaker]
+        if not changed:
+            continue
         note = f"{ref.kind.value} {ref.id} of the same container {short(cid)} is {ref.cls.value}"
-        for i in indexes:
-            if ctx.findings[i].cls.is_residue or ctx.findings[i].cls in weaker:
-                old = ctx.findings[i]
-                ctx.findings[i] = replace(old, cls=cls, owner=ref.owner if in_use else old.owner,
-                                          owner_state=ref.owner_state if in_use else old.owner_state,
-                                          evidence=(*old.evidence, note))
+        for i in changed:
+            old = ctx.findings[i]
+            ctx.findings[i] = replace(old, cls=cls, owner=ref.owner if in_use else old.owner,
+                                      owner_state=ref.owner_state if in_use else old.owner_state,
+                                      evidence=(*old.evidence, note))
 
 
 def _container_mtime(ctx: Context, container_id: str) -> float | None:
