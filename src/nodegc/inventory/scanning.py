@@ -82,8 +82,9 @@ def scan_node(
         inventory = dataclasses.replace(inventory, problems=(*inventory.problems, *found))
     if runtime is not None and not runtime.reachable:
         # Sandboxes the runtime could not list are not gone: their items must not close or move on.
-        problem = ReadProblem(Kind.SANDBOX, runtime.endpoint, f"runtime unreachable: {runtime.error}")
-        inventory = dataclasses.replace(inventory, problems=(*inventory.problems, problem))
+        found = tuple(ReadProblem(kind, runtime.endpoint, f"runtime unreachable: {runtime.error}")
+                      for kind in (Kind.SANDBOX, Kind.RUNTIME_LEFTOVER))
+        inventory = dataclasses.replace(inventory, problems=(*inventory.problems, *found))
     log.debug(
         "node scanned",
         seconds=round(time.monotonic() - started, 4),

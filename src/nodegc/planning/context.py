@@ -39,6 +39,8 @@ class CorrelationPolicy:
     runtime_gave_up: frozenset[str] = frozenset()
     """NotReady sandboxes whose removal through the runtime failed repeatedly (its teardown, CNI DEL, keeps
     failing): the runtime has had its turn, and their network parts are judged as if it did not know them."""
+    stop_orphan_shims: bool = False
+    """Opt-in: a shim process whose id the runtime does not list is residue (stopped), not only reported."""
 
 
 @dataclass
