@@ -11,6 +11,7 @@ import dataclasses
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol
 
 from nodegc.faults import fault_point
@@ -27,7 +28,7 @@ from nodegc.model.resources import (
     VethLink,
     VolumeDir,
 )
-from nodegc.model.runtime import RuntimeSandbox
+from nodegc.model.runtime import RuntimeLeftover, RuntimeSandbox
 from nodegc.observe.logs import get_logger
 from nodegc.planning.phases import Resource
 from nodegc.reclaim.outcomes import Outcome
@@ -85,6 +86,11 @@ def describe(resource: Resource) -> str:
             return f"remove pod log directory {resource.path}"
         case FirewallRule():
             return f"delete firewall rule '{resource.rule}' (while no other container holds {resource.ip})"
+        case RuntimeLeftover() if resource.what == "shim":
+            return f"stop shim {resource.id[:12]} (pid {resource.pid}): SIGTERM, then SIGKILL"
+        case RuntimeLeftover():
+            mount = f"unmount {resource.mount_point}, then " if resource.mounted else ""
+            return f"{mount}remove {resource.what} {resource.path}"
         case RuntimeSandbox():
             return (f"ask the runtime to stop, then remove sandbox {resource.id[:12]} of"
                     f" {resource.pod_namespace}/{resource.pod_name} (CRI StopPodSandbox, RemovePodSandbox)")
@@ -99,6 +105,8 @@ class HostExecutor:
     runtime_endpoint: str | None = None
     """CRI endpoint for sandboxes (StopPodSandbox, RemovePodSandbox); None: sandboxes are not touched."""
     runtime_timeout: float = 60.0
+    runtime_state_dir: Path | None = None
+    """containerd's state directory: its leftover directories are removed only inside it."""
     direct_teardown: bool = True
     """CNI attachments whose plugins nodegc knows completely are torn down without running them
     (`reclaim.teardown`); False runs CNI DEL for every attachment."""
@@ -273,6 +281,17 @@ class _HostRun:
                     return Outcome.failed(f"refused: {resource.path} is not directly in {roots.pod_log_dir}")
                 return remove_dir_in(roots.pod_log_dir, os.path.basename(resource.path), inode=resource.inode,
                                      proc_root=roots.proc_root)
+            case RuntimeLeftover():
+                from nodegc.reclaim.runtime_leftovers import remove_runtime_dir, stop_shim
+
+                if resource.what == "shim":
+                    return stop_shim(resource, endpoint=self.x.runtime_endpoint, timeout=self.x.runtime_timeout,
+                                     proc_root=roots.proc_root)
+                if resource.what in ("sandbox_dir", "task_dir"):
+                    return remove_runtime_dir(resource, state_dir=self.x.runtime_state_dir,
+                                              endpoint=self.x.runtime_endpoint, timeout=self.x.runtime_timeout,
+                                              unmount_timeout=self.x.unmount_timeout, proc_root=roots.proc_root)
+                return Outcome.failed(f"refused: a {resource.what} leftover is not reclaimed")
             case RuntimeSandbox():
                 from nodegc.reclaim.sandboxes import remove_sandbox
 
