@@ -225,7 +225,8 @@ def cmd_agent(settings: AgentSettings) -> int:
     executor = make_executor(roots, dry_run=settings.dry_run, timeout=settings.safety.command_timeout,
                              runtime_endpoint=settings.safety.runtime_endpoint,
                              runtime_timeout=settings.safety.runtime_timeout,
-                             iptables_backend=settings.safety.iptables_backend)
+                             iptables_backend=settings.safety.iptables_backend,
+                             runtime_state_dir=settings.safety.runtime_state_dir)
     metrics = Metrics()
     heartbeat = Heartbeat(settings.interval)
     metrics.readiness(heartbeat.ready)

@@ -362,12 +362,13 @@ ONE_SHOT_PHASES = PhasePolicy(consecutive_scans=1, grace_seconds=0)
 
 def make_executor(roots: Roots, *, dry_run: bool, timeout: float, runtime_endpoint: str | None = None,
                   runtime_timeout: float = defaults.RUNTIME_TIMEOUT_SECONDS,
-                  iptables_backend: str = defaults.IPTABLES_BACKEND) -> Executor:
+                  iptables_backend: str = defaults.IPTABLES_BACKEND, runtime_state_dir: Path | None = None) -> Executor:
     if dry_run:
         return DryRunExecutor()
     # StopPodSandbox runs the runtime's CNI DEL: it gets the longer of the two bounds.
     return HostExecutor(roots, timeout=timeout, runtime_endpoint=runtime_endpoint,
-                        runtime_timeout=max(timeout, runtime_timeout), iptables_backend=iptables_backend)
+                        runtime_timeout=max(timeout, runtime_timeout), iptables_backend=iptables_backend,
+                        runtime_state_dir=runtime_state_dir)
 
 
 def iptables_backend(roots: Roots, safety: SafetySettings) -> str:

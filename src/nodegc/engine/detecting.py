@@ -15,7 +15,7 @@ from nodegc.model.findings import Finding
 from nodegc.model.pods import DesiredState
 from nodegc.model.resources import Inventory, Kind
 from nodegc.planning.correlate import CorrelationPolicy, correlate
-from nodegc.planning.owners import netns_key
+from nodegc.planning.owners import entry_key, netns_key
 
 _ACTS_IN_NETNS = frozenset({Kind.CNI_CACHE, Kind.NETNS, Kind.VETH})
 
@@ -31,7 +31,7 @@ def detect(
     keys = {key for f in findings if f.cls.is_residue and f.kind in _ACTS_IN_NETNS
             and (key := netns_key(f.netns)) is not None}
     paths = {ns.path for ns in inventory.netns
-             if ns.mounted and not ns.addresses_read and netns_key(ns.path) in keys}
+             if ns.mounted and not ns.addresses_read and entry_key(ns) in keys}
     if not paths:
         return inventory, findings
     inventory = with_netns_addresses(inventory, paths)

@@ -24,7 +24,7 @@ class FindingClass(StrEnum):
     ORPHANED_POD_LOG_DIR = "orphaned_pod_log_dir"
     LEAKED_FIREWALL_RULE = "leaked_firewall_rule"
     RUNTIME_LEFTOVER = "runtime_leftover"
-    """A sandbox directory, task bundle, netns or shim of containerd's whose id the runtime does not list:
+    """A sandbox directory, task bundle or shim of containerd's whose id the runtime does not list:
     reported, never reclaimed."""
     RUNNING_ORPHAN = "running_orphan"
     """A READY sandbox of a pod gone from the API: reported (Event, metric), never stopped by default."""

@@ -14,7 +14,7 @@ from nodegc import defaults
 from nodegc.model.findings import Finding, FindingClass
 from nodegc.model.pods import DesiredState, OwnerState, Pod
 from nodegc.model.resources import CNICacheEntry, Inventory, IPReservation, Kind, NetnsEntry, StaticPodManifest
-from nodegc.planning.owners import CacheIndex, PodIndex, Resolution, netns_key, normalize_ip, resolve_cache_owner
+from nodegc.planning.owners import CacheIndex, PodIndex, Resolution, entry_key, normalize_ip, resolve_cache_owner
 
 HOLDING = frozenset({OwnerState.LIVE, OwnerState.PENDING, OwnerState.UNKNOWN})
 """Owner states in which the resource may be in use."""
@@ -86,7 +86,7 @@ class Context:
         unaccounted = [p for p in desired.pods if p.state is OwnerState.LIVE and not p.host_network
                        and p.uid not in explained]
         unreadable = tuple(pr.path.rstrip("/").rsplit("/", 1)[-1] for pr in inv.problems if pr.kind is Kind.CNI_CACHE)
-        by_key = {key: ns for ns in inv.netns if (key := netns_key(ns.path)) is not None}
+        by_key = {entry_key(ns): ns for ns in inv.netns}
         return cls(inv=inv, desired=desired, pods=pods, cache=cache, now=now.timestamp(),
                    photo=desired.fetched_at.timestamp(), policy=policy, unaccounted=unaccounted,
                    unreadable_cache=unreadable, netns_by_key=by_key, resolutions=resolutions,

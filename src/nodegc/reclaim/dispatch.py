@@ -11,6 +11,7 @@ import dataclasses
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol
 
 from nodegc.faults import fault_point
@@ -106,6 +107,9 @@ class HostExecutor:
     """CNI DELs run at once for different sandboxes, as a runtime runs them."""
     iptables_backend: str = "auto"
     """Whose iptables-save/-restore: legacy, nft, default, or auto (detected, as kube-proxy does)."""
+    runtime_state_dir: Path | None = None
+    """The runtime's state dir: netns files below it (`<state>/io.containerd.grpc.v1.cri/netns`) may be
+    removed; None: only those of the netns dir."""
 
     def execute(self, batch: Batch, *, on_outcome: OnOutcome) -> None:
         _HostRun(self, on_outcome).run(batch)
@@ -216,7 +220,8 @@ class _HostRun:
 
         def one(entry: CNICacheEntry) -> Outcome:
             try:
-                return cni_del(entry, roots=self.x.roots, timeout=self.x.timeout, keep_cache=True)
+                return cni_del(entry, roots=self.x.roots, timeout=self.x.timeout, keep_cache=True,
+                               runtime_state_dir=self.x.runtime_state_dir)
             except Exception as e:  # one sandbox's odd input fails that sandbox, never the batch
                 log.exception("CNI DEL raised", entry=entry.path)
                 return Outcome.failed(f"CNI DEL raised {type(e).__name__}: {e}")
@@ -261,7 +266,7 @@ class _HostRun:
             case VethLink():
                 return delete_veth(resource, net_ns=roots.net_ns)
             case NetnsEntry():
-                return remove_netns(resource, netns_dir=roots.netns_dir)
+                return remove_netns(resource, netns_dir=roots.netns_dir, runtime_state_dir=self.x.runtime_state_dir)
             case VolumeDir():
                 return unmount_volume(resource, proc_root=roots.proc_root, timeout=self.x.unmount_timeout)
             case PodDir():

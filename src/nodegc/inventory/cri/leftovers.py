@@ -1,7 +1,8 @@
 """containerd's own things on the host, by the id they name (read only): sandbox state directories under
 `<state>/io.containerd.grpc.v1.cri/sandboxes/<id>` (each with its shm mount), task bundles under
-`<state>/io.containerd.runtime.v2.task/<namespace>/<id>` (with the rootfs mount), netns files under
-`<state>/io.containerd.grpc.v1.cri/netns/`, and `containerd-shim-runc-v2 ... -id <id>` processes.
+`<state>/io.containerd.runtime.v2.task/<namespace>/<id>` (with the rootfs mount), and
+`containerd-shim-runc-v2 ... -id <id>` processes. Netns files under `<state>/io.containerd.grpc.v1.cri/netns/`
+are network namespaces, read by `inventory.netns.scan_runtime_netns`.
 
 Planning compares the ids with what the runtime lists; symlinks are not followed and nothing is opened
 but directories and /proc/<pid>/cmdline.
@@ -47,14 +48,6 @@ def scan_leftovers(state_dir: Path, *, mounts: Iterable[Mount], proc_root: Path 
             if _ID.fullmatch(e.name):
                 rootfs = os.path.join(e.path, "rootfs")
                 out.append(RuntimeLeftover("task_dir", e.name, e.path, mounted=rootfs in points))
-    netns_dir = os.path.join(base, _CRI, "netns")
-    try:
-        with os.scandir(netns_dir) as it:
-            for e in it:
-                if not e.is_symlink():
-                    out.append(RuntimeLeftover("netns", e.name, e.path, mounted=e.path in points))
-    except OSError:
-        pass
     out += _shims(proc_root, socket)
     return tuple(out)
 
