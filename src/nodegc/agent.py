@@ -109,6 +109,10 @@ def record_events(events: EventRecorder, node: str, report: CycleReport) -> None
         events.record(ObjectRef.node(node), reason="RunningOrphanSandbox", type=EventType.WARNING,
                       message=f"sandbox {f.id[:12]} of {f.owner.label()} (uid {f.owner.uid}) is READY but its pod"
                               " is not in the API")
+    for f in report.orphan_shims:
+        events.record(ObjectRef.node(node), reason="OrphanShim", type=EventType.WARNING,
+                      message=f"containerd shim {f.id} of id {(f.owner.container_id or '?')[:12]} runs, but the"
+                              " runtime lists no such sandbox or container")
     for f, stopped, why in report.stopped_orphans:
         if stopped:
             events.record(ObjectRef.node(node), reason="RunningOrphanStopped", type=EventType.WARNING,

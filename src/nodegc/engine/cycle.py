@@ -28,6 +28,7 @@ from nodegc.model.ipranges import RangeStatus
 from nodegc.model.items import Item, Phase
 from nodegc.model.pods import DesiredState, OwnerState, Pod
 from nodegc.model.resources import Inventory, Kind, ReadProblem
+from nodegc.model.runtime import RuntimeSandbox
 from nodegc.observe.logs import get_logger
 from nodegc.planning.correlate import CorrelationPolicy
 from nodegc.planning.guards import BlastRadius, blast_radius_refusal
@@ -65,7 +66,7 @@ class MetricsSink(Protocol):
     def protected(self, counts: dict[str, int]) -> None: ...
     def ranges(self, statuses: Sequence[RangeStatus]) -> None: ...
     def cycle_succeeded(self, at: float) -> None: ...
-    def runtime(self, reachable: bool | None, running_orphans: int) -> None: ...
+    def runtime(self, reachable: bool | None, running_orphans: int, orphan_shims: int = 0) -> None: ...
 
 
 class NullMetrics:
@@ -96,7 +97,7 @@ class NullMetrics:
     def cycle_succeeded(self, at: float) -> None:
         pass
 
-    def runtime(self, reachable: bool | None, running_orphans: int) -> None:
+    def runtime(self, reachable: bool | None, running_orphans: int, orphan_shims: int = 0) -> None:
         pass
 
 
@@ -130,6 +131,8 @@ class CycleReport:
     running_orphans: list[Finding] = field(default_factory=list)
     """READY sandboxes whose pod has been absent from the API longer than the long grace."""
     stopped_orphans: list[tuple[Finding, bool, str]] = field(default_factory=list)
+    orphan_shims: list[Finding] = field(default_factory=list)
+    """Shim processes whose id the runtime does not list (stopped only with --stop-orphan-shims)."""
 
 
 class Engine:
@@ -183,11 +186,16 @@ class Engine:
         now = self.clock()
         self._mark(inventory, findings, now)
         report.running_orphans = self.orphans.observe(findings, now)
+        report.orphan_shims = orphan_shims(inventory, findings)
         view = inventory.runtime
-        self.metrics.runtime(None if view is None else view.reachable, len(report.running_orphans))
+        self.metrics.runtime(None if view is None else view.reachable, len(report.running_orphans),
+                             orphan_shims=len(report.orphan_shims))
         for f in report.running_orphans:
             log.warning("running orphan", sandbox=f.id, owner=f.owner.label(), owner_uid=f.owner.uid,
                         grace_seconds=self.settings.running_orphan_grace_seconds)
+        for f in report.orphan_shims:
+            log.warning("orphan shim", process=f.id, id=f.owner.container_id, finding=f.cls.value,
+                        stop=self.settings.correlation.stop_orphan_shims)
         refusal = blast_radius_refusal(findings, desired, self.settings.blast_radius)
         if refusal:
             self._block(report, "blast_radius", refusal)
@@ -269,9 +277,12 @@ class Engine:
             # Today's rules go on; nothing that needs the runtime's word is concluded this scan, and a
             # sandbox the list does not show is not gone (its item neither closes nor counts as done).
             self._block(report, "runtime_unavailable", why)
-            if inventory.runtime is not None and not any(p.kind is Kind.SANDBOX for p in inventory.problems):
-                problem = ReadProblem(Kind.SANDBOX, inventory.runtime.endpoint, why)
-                inventory = dataclasses.replace(inventory, problems=(*inventory.problems, problem))
+            if inventory.runtime is not None:
+                # Nor are the runtime's leftovers gone when they are not judged.
+                seen = {p.kind for p in inventory.problems}
+                missing = tuple(ReadProblem(kind, inventory.runtime.endpoint, why)
+                                for kind in (Kind.SANDBOX, Kind.RUNTIME_LEFTOVER) if kind not in seen)
+                inventory = dataclasses.replace(inventory, problems=(*inventory.problems, *missing))
         return inventory, findings
 
     # -- terminate -------------------------------------------------------------------------------
@@ -293,6 +304,8 @@ class Engine:
         blind = Blind(inventory.problems)
         fetched: dict[tuple[str, str], Pod | None] = {}
         """One live GET per owner pod this pass, not one per item: a sandbox has half a dozen items."""
+        statuses: dict[str, RuntimeSandbox | None] = {}
+        """One fresh PodSandboxStatus per sandbox this phase (taken here, never the scan's), not one per item."""
         groups: dict[str, list[Item]] = {}
         for item in sorted(candidates, key=lambda i: (_KIND_ORDER[i.kind], i.key)):
             groups.setdefault(_group(item), []).append(item)
@@ -311,7 +324,7 @@ class Engine:
                 doubt = self._doubt(item, fresh, current.get(item.key))
                 if doubt is None and fresh is not None and fresh.sandbox:
                     try:
-                        doubt = self._runtime_doubt(item, fresh.sandbox)
+                        doubt = self._runtime_doubt(item, fresh.sandbox, statuses)
                     except CRIError as e:
                         self._block(report, "runtime_unavailable", f"fresh sandbox status failed: {e}")
                         return self._checkpoint(_by_kind(verified), now)
@@ -371,13 +384,16 @@ class Engine:
             i.resource_id for i in self.ledger.items(active_only=True).values()
             if i.kind is Kind.SANDBOX and i.attempts >= RUNTIME_ATTEMPTS_BEFORE_DIRECT)
 
-    def _runtime_doubt(self, item: Item, sandbox_id: str) -> str | None:
+    def _runtime_doubt(self, item: Item, sandbox_id: str, statuses: dict[str, RuntimeSandbox | None]) -> str | None:
         """A fresh PodSandboxStatus: an attachment judged by the runtime's word needs the runtime still not
-        to know its sandbox; a sandbox to remove must still exist and still be NotReady."""
+        to know its sandbox; a sandbox to remove must still exist and still be NotReady. `statuses` holds the
+        answers of this terminate phase: the items of one sandbox share one status call."""
         reader = runtime_reader(self.settings.scan)
         if reader is None:
             return "no runtime to ask"
-        status = reader.fresh_status(sandbox_id)
+        if sandbox_id not in statuses:
+            statuses[sandbox_id] = reader.fresh_status(sandbox_id)
+        status = statuses[sandbox_id]
         if item.kind is not Kind.SANDBOX:
             if status is not None and not status.ready and sandbox_id in self._gave_up:
                 return None
@@ -484,6 +500,14 @@ class Engine:
             key = (item.kind.value, item.phase.value)
             counts[key] = counts.get(key, 0) + 1
         self.metrics.items(counts)
+
+
+def orphan_shims(inventory: Inventory, findings: Sequence[Finding]) -> list[Finding]:
+    """The shims of this scan whose id the runtime does not list, old enough to judge."""
+    view = inventory.runtime
+    shims = {left.path for left in view.leftovers if left.what == "shim" and not left.problem} if view else set()
+    return [f for f in findings if f.kind is Kind.RUNTIME_LEFTOVER and f.id in shims
+            and f.cls in (FindingClass.RUNTIME_LEFTOVER, FindingClass.ORPHANED_SHIM)]
 
 
 def _group(item: Item) -> str:

@@ -7,7 +7,7 @@ context and appends findings; `correlate` runs the domains in order and then the
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 
 from nodegc import defaults
@@ -30,6 +30,8 @@ class CorrelationPolicy:
     runtime_gave_up: frozenset[str] = frozenset()
     """NotReady sandboxes whose removal through the runtime failed repeatedly (its teardown, CNI DEL, keeps
     failing): the runtime has had its turn, and their network parts are judged as if it did not know them."""
+    stop_orphan_shims: bool = False
+    """Opt-in: a shim process whose id the runtime does not list is residue (stopped), not only reported."""
 
 
 @dataclass
@@ -72,7 +74,18 @@ class Context:
     """Static pod manifests whose mirror pod the desired state does not show (or that cannot be read)."""
 
     @classmethod
-    def build(cls, inv: Inventory, desired: DesiredState, now: datetime, policy: CorrelationPolicy) -> Context:
+    def build(cls, inv: Inventory, desired: DesiredState, now: datetime, policy: CorrelationPolicy,
+              previous: Context | None = None) -> Context:
+        """`previous`: the context of a correlation of the same desired state at the same time whose
+        inventory may differ in its network namespaces only (detect's second pass, after it read their
+        addresses): what depends on nothing else is taken from it instead of being built again."""
+        if previous is not None and previous.same_but_netns(inv, desired, now, policy):
+            return cls(inv=inv, desired=desired, pods=previous.pods, cache=previous.cache, now=previous.now,
+                       photo=previous.photo, policy=policy, unaccounted=previous.unaccounted,
+                       unreadable_cache=_unreadable_cache(inv), netns_by_key=_netns_by_key(inv),
+                       resolutions=previous.resolutions, unexplained_pod_dir=previous.unexplained_pod_dir,
+                       netns_unreadable=_netns_unreadable(inv), unmirrored=previous.unmirrored,
+                       mirrored=previous.mirrored)
         pods = PodIndex.build(desired)
         cache = CacheIndex.build(inv.cni_cache)
         explained: set[str] = set()
@@ -85,17 +98,21 @@ class Context:
                 explained.add(res.pod.uid)
         unaccounted = [p for p in desired.pods if p.state is OwnerState.LIVE and not p.host_network
                        and p.uid not in explained]
-        unreadable = tuple(pr.path.rstrip("/").rsplit("/", 1)[-1] for pr in inv.problems if pr.kind is Kind.CNI_CACHE)
-        by_key = {entry_key(ns): ns for ns in inv.netns}
         return cls(inv=inv, desired=desired, pods=pods, cache=cache, now=now.timestamp(),
                    photo=desired.fetched_at.timestamp(), policy=policy, unaccounted=unaccounted,
-                   unreadable_cache=unreadable, netns_by_key=by_key, resolutions=resolutions,
+                   unreadable_cache=_unreadable_cache(inv), netns_by_key=_netns_by_key(inv), resolutions=resolutions,
                    unexplained_pod_dir=next((f"pod directory {d.path} of a pod the desired state lacks is still there"
                                              for d in inv.pod_dirs
                                              if d.uid not in pods.by_uid and d.uid not in cache.by_uid), None),
-                   netns_unreadable=frozenset(pr.path for pr in inv.problems if pr.kind is Kind.NETNS),
+                   netns_unreadable=_netns_unreadable(inv),
                    unmirrored=[m for m in inv.static_pods if _mirror_of(m, desired, pods) is None],
                    mirrored=[(m, p) for m in inv.static_pods if (p := _mirror_of(m, desired, pods)) is not None])
+
+    def same_but_netns(self, inv: Inventory, desired: DesiredState, now: datetime, policy: CorrelationPolicy) -> bool:
+        """Whether a correlation of `inv` sees what this one saw, its network namespaces and read problems
+        aside: the same desired state, time and policy, and the very same records of every other kind."""
+        return (desired is self.desired and now.timestamp() == self.now and policy == self.policy
+                and all(getattr(inv, name) is getattr(self.inv, name) for name in _NOT_NETNS))
 
     def static_owner(self, *, uid: str | None, namespace: str | None = None, name: str | None = None,
                      containers: tuple[str, ...] | None = None, mtime: float | None = None) -> str | None:
@@ -160,6 +177,22 @@ class Context:
             return None
         names = ", ".join(f"{p.namespace}/{p.name}" for p in self.pods.unsettled[:3])
         return f"pods still starting on this node (not Running with an IP) may own it: {names}"
+
+
+_NOT_NETNS = tuple(f.name for f in fields(Inventory) if f.name not in ("netns", "problems"))
+"""What a correlation reads of an inventory besides its namespaces and its read problems."""
+
+
+def _unreadable_cache(inv: Inventory) -> tuple[str, ...]:
+    return tuple(pr.path.rstrip("/").rsplit("/", 1)[-1] for pr in inv.problems if pr.kind is Kind.CNI_CACHE)
+
+
+def _netns_by_key(inv: Inventory) -> dict[str, NetnsEntry]:
+    return {entry_key(ns): ns for ns in inv.netns}
+
+
+def _netns_unreadable(inv: Inventory) -> frozenset[str]:
+    return frozenset(pr.path for pr in inv.problems if pr.kind is Kind.NETNS)
 
 
 def _ips(raw: tuple[str, ...]) -> set[str]:

@@ -6,13 +6,14 @@ the pod IPs it carries, and only as far as the evidence goes (everything else st
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import replace
 
 from nodegc.model.findings import Finding, FindingClass, Owner
-from nodegc.model.pods import OwnerState
+from nodegc.model.pods import OwnerState, Pod
 from nodegc.model.resources import (
     CNICacheEntry,
     HostportRule,
@@ -149,7 +150,7 @@ def _reservation(ctx: Context, r: IPReservation, reserved_ips: set[str]) -> None
 def _reservation_with_cache(
     ctx: Context, r: IPReservation, where: str, res: Resolution, evidence: tuple[str, ...]
 ) -> Finding:
-    others = [p for p in ctx.pods.claims.get(r.ip, []) if p.uid != res.owner.uid]
+    others = [p for p in ctx.pods.claims.get(r.ip, []) if not _is_owner(p, res)]
     evidence = evidence + res.evidence
     if others:
         names = ", ".join(f"{p.namespace}/{p.name}" for p in others)
@@ -159,6 +160,14 @@ def _reservation_with_cache(
     if res.state in HOLDING:
         return Finding(FindingClass.IN_USE, Kind.IP_RESERVATION, where, res.owner, res.state, evidence, ip=r.ip)
     return Finding(FindingClass.LEAKED_IP, Kind.IP_RESERVATION, where, res.owner, res.state, evidence, ip=r.ip)
+
+
+def _is_owner(pod: Pod, res: Resolution) -> bool:
+    """The claimant is the entry's owner: the same UID, or the very pod its UID resolved to (a static pod's
+    mirror, whose API UID differs from the config hash the kubelet puts in the cache entry). Only the pod
+    the resolution found counts: another mirror of the same hash is another claimant (a conflict), and a
+    resolved pod that is terminal never claims an address, so this turns no conflict into a reclaim."""
+    return pod.uid == res.owner.uid or (res.pod is not None and pod.uid == res.pod.uid)
 
 
 def _reservation_without_cache(
@@ -486,7 +495,10 @@ def _classify_by_container(
                       OwnerState.UNKNOWN, (*evidence, "no cache entry or IP reservation to tie it to a pod")))
 
 
-_RULE_IP = re.compile(r"(?:^|\s)(?:-s|-d|--to-destination)\s+\[?([0-9a-fA-F.:]+?)\]?(?:/(?:32|128))?(?::\d+)?(?=\s|$)")
+_IP_FLAGS = frozenset({"-s", "-d", "--to-destination"})
+_RULE_IP_ARG = re.compile(r"\[?([0-9a-fA-F.:]+?)\]?(?:/(?:32|128))?(?::\d+)?")
+"""The argument of an address flag that names one host: an address, bracketed or not, with an optional /32 or
+/128 and port."""
 
 
 def _chain_ips(inv: Inventory) -> dict[str, set[str]]:
@@ -497,11 +509,25 @@ def _chain_ips(inv: Inventory) -> dict[str, set[str]]:
     for cid, text in texts:
         if not cid:
             continue
-        for match in _RULE_IP.finditer(text):
+        for ip in rule_ips(text):
+            found[cid].add(ip)
+    return found
+
+
+@functools.lru_cache(maxsize=16384)
+def rule_ips(text: str) -> tuple[str, ...]:
+    """The host addresses a rule's -s, -d and --to-destination flags name (normalized), in order.
+
+    A rule is split on whitespace: a flag is a whole word, and its argument the next word, matched whole.
+    Remembered: the same rules come back scan after scan."""
+    words = text.split()
+    out: list[str] = []
+    for i in range(len(words) - 1):
+        if words[i] in _IP_FLAGS and (match := _RULE_IP_ARG.fullmatch(words[i + 1])) is not None:
             ip = normalize_ip(match.group(1))
             if ip:
-                found[cid].add(ip)
-    return found
+                out.append(ip)
+    return tuple(out)
 
 
 def _rule_id(rule: HostportRule) -> str:

@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from nodegc.model.findings import Finding, FindingClass, Owner
 from nodegc.model.pods import OwnerState, Pod
 from nodegc.model.resources import Kind, NetnsEntry
-from nodegc.model.runtime import RuntimeSandbox, RuntimeView
+from nodegc.model.runtime import RuntimeLeftover, RuntimeSandbox, RuntimeView
 from nodegc.planning.context import HOLDING, Context, short
 from nodegc.planning.owners import entry_key, netns_key, normalize_ip
 from nodegc.planning.phases import hostport_rule_id
@@ -159,15 +159,64 @@ class _Runtime:
             self.ctx.add(found)
         if not self.complete:
             return
+        self._leftovers()
+
+    # -- containerd's own leftovers ---------------------------------------------------------------
+
+    def _leftovers(self) -> None:
+        """What containerd keeps by id and no longer lists. A shim first: while it runs, its sandbox's
+        directories stay (its processes may use them); they are reclaimed once it is gone."""
         known = set(self.by_id) | {c.id for c in self.view.containers}
+        shims = {left.id: left for left in self.view.leftovers if left.what == "shim"}
+        busy = {i: left.busy for left in self.view.leftovers if left.what == "task_dir" and left.busy
+                for i in (left.id, left.sandbox_id) if i}
         for left in self.view.leftovers:
+            if left.what not in ("sandbox_dir", "task_dir", "shim"):
+                continue  # netns files under the state dir are network namespaces (Kind.NETNS), not leftovers
             if left.id in known:
-                continue
-            state = "mounted" if left.mounted else f"pid {left.pid}" if left.pid else "not mounted"
-            self.ctx.add(Finding(FindingClass.RUNTIME_LEFTOVER, Kind.RUNTIME_LEFTOVER, left.path,
-                                 Owner(container_id=left.id), OwnerState.ABSENT,
-                                 (f"{left.what} of id {short(left.id)} ({state}): the runtime lists no such"
-                                  " sandbox or container; reported, not reclaimed",)))
+                continue  # the runtime's own: never touched
+            self.ctx.add(self._leftover(left, known, shims, busy))
+
+    def _leftover(self, left: RuntimeLeftover, known: set[str], shims: dict[str, RuntimeLeftover],
+                  busy: dict[str, str]) -> Finding:
+        state = "mounted" if left.mounted else f"pid {left.pid}" if left.pid else "not mounted"
+        why = (f"{left.what} of id {short(left.id) or '?'} ({state}): the runtime ({self._who()}) lists no such"
+               " sandbox or container")
+
+        def finding(cls: FindingClass, note: str) -> Finding:
+            residue = cls in (FindingClass.ORPHANED_RUNTIME_DIR, FindingClass.ORPHANED_SHIM)
+            return Finding(cls, Kind.RUNTIME_LEFTOVER, left.path, Owner(container_id=left.id or None),
+                           OwnerState.ABSENT, (why, note), sandbox=left.id if residue else None)
+
+        young = left.mtime is None or left.mtime > self.horizon
+        if left.problem:
+            return finding(FindingClass.RUNTIME_LEFTOVER, f"not reclaimed: {left.problem}")
+        if left.what == "shim":
+            if young:
+                return finding(FindingClass.PROTECTED, "younger than the runtime's and the API's photographs")
+            if not self.ctx.policy.stop_orphan_shims:
+                return finding(FindingClass.RUNTIME_LEFTOVER, "reported; stopped only with --stop-orphan-shims")
+            return finding(FindingClass.ORPHANED_SHIM, "stopped: SIGTERM, then SIGKILL")
+        group = {i for i in (left.id, left.sandbox_id) if i}
+        if left.sandbox_id and left.sandbox_id in known:
+            return finding(FindingClass.RUNTIME_LEFTOVER, f"kept: its sandbox {short(left.sandbox_id)} is the"
+                                                           " runtime's")
+        if left.other_mounts:
+            return finding(FindingClass.RUNTIME_LEFTOVER, f"not touched: mounted below it, not its own"
+                                                           f" {(left.mount_point or '').rsplit('/', 1)[-1]}:"
+                                                           f" {', '.join(left.other_mounts[:3])}")
+        running = [shims[i] for i in sorted(group) if i in shims]
+        if running:
+            return finding(FindingClass.RUNTIME_LEFTOVER, f"kept while its shim (pid {running[0].pid}) runs")
+        held = next((busy[i] for i in sorted(group) if i in busy), None)
+        if held:
+            return finding(FindingClass.RUNTIME_LEFTOVER, f"kept: {held}")
+        if young:
+            return finding(FindingClass.PROTECTED, "younger than the runtime's and the API's photographs")
+        what = "its shm" if left.what == "sandbox_dir" else "its rootfs"
+        return finding(FindingClass.ORPHANED_RUNTIME_DIR,
+                       f"{what} unmounted (if mounted), then the directory removed" if left.mounted else
+                       "the directory removed")
 
     # -- which sandbox an attachment belongs to -----------------------------------------------------
 
