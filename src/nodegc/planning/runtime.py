@@ -19,10 +19,11 @@ from __future__ import annotations
 import dataclasses
 from collections import defaultdict
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from nodegc.model.findings import Finding, FindingClass, Owner
 from nodegc.model.pods import OwnerState, Pod
-from nodegc.model.resources import Kind, NetnsEntry
+from nodegc.model.resources import Inventory, Kind, NetnsEntry
 from nodegc.model.runtime import RuntimeLeftover, RuntimeSandbox, RuntimeView
 from nodegc.planning.context import HOLDING, Context, short
 from nodegc.planning.owners import entry_key, netns_key, normalize_ip
@@ -69,7 +70,7 @@ def correlate_runtime(ctx: Context) -> None:
     if view is None or not view.reachable:
         return
     # An incomplete list still proves what it shows (a READY sandbox is in use); it proves no absence.
-    _Runtime(ctx, view, complete=runtime_unusable(view, _running_pods(ctx)) is None).run()
+    _Runtime(ctx, view, complete=_unusable(ctx) is None).run()
 
 
 def correlate_pod_logs(ctx: Context) -> None:
@@ -77,7 +78,7 @@ def correlate_pod_logs(ctx: Context) -> None:
     when no pod with that UID is in the API, the kubelet has no `pods/<uid>` left to work on, the runtime
     (when one was read) holds no sandbox of that UID, and it is older than the photographs."""
     view = ctx.inv.runtime
-    unusable = runtime_unusable(view, _running_pods(ctx))
+    unusable = _unusable(ctx)
     pod_dirs = {d.uid for d in ctx.inv.pod_dirs}
     sandbox_uids = {sb.pod_uid for sb in view.sandboxes} if view is not None and view.reachable else set()
     horizon = min(ctx.now, ctx.desired.fetched_at.timestamp()) - ctx.policy.min_age_seconds
@@ -118,6 +119,42 @@ def _holder_of_addresses(ns: NetnsEntry, holders: dict[str, set[str]]) -> str | 
     return cid or None
 
 
+@dataclass(frozen=True)
+class _Networks:
+    """The CNI network of each record, by the id its finding has (the first record of an id, as a search
+    would find it), and the networks of each container's reservations."""
+
+    cache: dict[str, str]
+    chains: dict[str, str | None]
+    rules: dict[str, str | None]
+    reservations: dict[str, set[str]]
+
+    @classmethod
+    def of(cls, inv: Inventory) -> _Networks:
+        cache: dict[str, str] = {}
+        for e in inv.cni_cache:
+            cache.setdefault(e.path, e.network)
+        chains: dict[str, str | None] = {}
+        for c in inv.chains:
+            chains.setdefault(c.name, c.network)
+        rules: dict[str, str | None] = {}
+        for r in inv.hostport_rules:
+            rules.setdefault(hostport_rule_id(r), r.network)
+        reservations: dict[str, set[str]] = defaultdict(set)
+        for res in inv.ip_reservations:
+            if res.container_id is not None:
+                reservations[res.container_id].add(res.network)
+        return cls(cache, chains, rules, reservations)
+
+
+def _unusable(ctx: Context) -> str | None:
+    """`runtime_unusable` of the context's runtime view and pods, worked out once a correlation."""
+    if ctx.runtime_unusable is None:
+        ctx.runtime_unusable = (runtime_unusable(ctx.inv.runtime, _running_pods(ctx)),)
+    return ctx.runtime_unusable[0]
+
+
+
 class _Runtime:
     def __init__(self, ctx: Context, view: RuntimeView, *, complete: bool = True) -> None:
         self.ctx = ctx
@@ -147,6 +184,7 @@ class _Runtime:
         known = set(self.by_id)
         self.cri_networks = {r.network for r in inv.ip_reservations if r.container_id in known}
         self.cri_networks |= {e.network for e in inv.cni_cache if e.container_id in known}
+        self.networks = _Networks.of(inv)
 
     def run(self) -> None:
         revised = [self._revise(f) for f in self.ctx.findings]
@@ -320,21 +358,17 @@ class _Runtime:
     def _networks_of(self, f: Finding, cid: str) -> set[str]:
         """The CNI networks the attachment belongs to: its own record's, else every one its container's
         files name (a netns or a veth carries a sandbox's every network: its pod network and loopback)."""
-        inv = self.ctx.inv
         if f.kind is Kind.IP_RESERVATION:
             return {f.id.split("/", 1)[0]}
         if f.kind is Kind.CNI_CACHE:
-            return {e.network for e in inv.cni_cache if e.path == f.id}
-        if f.kind is Kind.IPTABLES_CHAIN:
-            chain = next((c for c in inv.chains if c.name == f.id), None)
-            if chain is not None and chain.network:
-                return {chain.network}
-        if f.kind is Kind.HOSTPORT_RULE:
-            rule = next((r for r in inv.hostport_rules if hostport_rule_id(r) == f.id), None)
-            if rule is not None and rule.network:
-                return {rule.network}
+            network = self.networks.cache.get(f.id)
+            return {network} if network else set()
+        if f.kind is Kind.IPTABLES_CHAIN and (network := self.networks.chains.get(f.id)):
+            return {network}
+        if f.kind is Kind.HOSTPORT_RULE and (network := self.networks.rules.get(f.id)):
+            return {network}
         nets = {e.network for e in self.ctx.cache.by_container.get(cid, [])}
-        return nets | {r.network for r in inv.ip_reservations if r.container_id == cid}
+        return nets | self.networks.reservations.get(cid, set())
 
     def _unknown_to_runtime(self, f: Finding, cid: str, mtime: float | None, ips: tuple[str, ...]) -> Finding:
         networks = self._networks_of(f, cid)
