@@ -30,7 +30,7 @@ from urllib.parse import parse_qs, urlsplit
 import yaml
 
 from nodegc.api.objects import object_resource_version, pod_from_object, resource_version_number
-from nodegc.desired.source import SourceError
+from nodegc.desired.source import FUTURE_TOLERANCE_SECONDS, SourceError
 from nodegc.hostio.clock import utcnow
 from nodegc.model.pods import DesiredState, OwnerState, Pod
 from nodegc.observe.logs import get_logger
@@ -41,8 +41,6 @@ _LIST_KINDS = frozenset({"List", "PodList"})
 MAX_SNAPSHOT_BYTES = 128 * 1024 * 1024
 """A pods file larger than this is refused (a whole cluster's list is a few tens of MiB)."""
 _NODE_FIELD = "spec.nodeName"
-FUTURE_TOLERANCE_SECONDS = 5.0
-"""A re-read dated more than this after the clock is from the future (the engine's tolerance)."""
 _PROJECTED_DIR = re.compile(r"^\.\.\d{4}_\d\d_\d\d_\d\d_\d\d_\d\d\.\d+$")
 """The kubelet's atomic writer puts a ConfigMap, Secret or projected volume's files in `..<timestamp>`."""
 
