@@ -1,15 +1,17 @@
 """Scan cost on sandbox nodes of 100, 500 and 1,000 pods, half of them leaving residue.
 
 Prints one JSON document. Per size:
-- `scan_seconds`: the median wall time of a full `scan_node` + `correlate`, as the agent runs them
-  scan after scan (an unchanged nf_tables ruleset is not dumped again, unchanged cache files are not
+- `scan_seconds`: the median wall time of a full `scan_node` + `detect` (the correlation, the reads of
+  the addresses in the namespaces its residue would act in, and the correlation again), as the agent's
+  cycle runs them scan after scan (an unchanged nf_tables ruleset is not dumped again, unchanged cache files are not
   parsed again); `cold_scan_seconds` forgets both before each scan, as the first scan of a process;
 - `bare_reads_seconds`: in the same run, the reads a scan cannot avoid (mountinfo, the directory
   listings, one netlink link dump, one iptables-save), and `scan_over_bare`, the ratio of the two;
   `bare_reads_with_files_seconds` adds what a scan must read beyond listing (every reservation and
   cache file, the pod directories two levels down, ip6tables-save);
-- `where_the_time_goes`: each reader and the correlation timed alone, one after the other (in a scan
-  iptables-save runs beside the file readers, so the parts add up to more than the scan);
+- `where_the_time_goes`: each reader, one correlation, detect's namespace reads and its second
+  correlation timed alone, one after the other (in a scan iptables-save runs beside the file readers, so
+  the parts add up to more than the scan);
 - `netlink_vs_pyroute2`: nodegc's link dump against a pyroute2 dump of the same links.
 Run as root through `make bench` (private mount and network namespaces).
 
@@ -41,6 +43,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from nodegc.desired.snapshot import SnapshotSource
+from nodegc.engine.detecting import detect, netns_to_read
 from nodegc.hostio.iptables_backend import commands as iptables_commands
 from nodegc.hostio.mountinfo import read_mounts
 from nodegc.hostio.netlink import RtnlSocket
@@ -53,10 +56,10 @@ from nodegc.inventory.iptables import forget_dumps, scan_iptables
 from nodegc.inventory.links import scan_veths
 from nodegc.inventory.netns import scan_netns
 from nodegc.inventory.pod_dirs import scan_pod_dirs
-from nodegc.inventory.scanning import scan_node
+from nodegc.inventory.scanning import scan_node, with_netns_addresses
 from nodegc.model.pods import DesiredState
 from nodegc.observe.logs import configure_logging
-from nodegc.planning.correlate import CorrelationPolicy, correlate
+from nodegc.planning.correlate import CorrelationPolicy, correlate, correlation
 from nodegc.sandbox.containerd import SandboxContainerd, new_spec
 from nodegc.sandbox.node import SandboxNode, SandboxPod
 from nodegc.settings import ScanOptions
@@ -135,6 +138,10 @@ def readers(node: SandboxNode, desired: object, policy: CorrelationPolicy, repea
     netns, _ = scan_netns(roots.netns_dir, mounts)
     saves = iptables_commands(options.iptables_backend, net_ns=roots.net_ns, timeout=30).save
     inventory = scan_node(roots)
+    now = datetime.now(UTC)
+    first = correlation(inventory, desired, now=now, policy=policy)  # type: ignore[arg-type]
+    to_read = netns_to_read(inventory, first.findings)
+    read = with_netns_addresses(inventory, to_read)
     parts: dict[str, Callable[[], object]] = {
         "mountinfo": lambda: read_mounts(roots.proc_root),
         "pod_dirs": lambda: scan_pod_dirs(roots.kubelet_root, mounts),
@@ -146,9 +153,14 @@ def readers(node: SandboxNode, desired: object, policy: CorrelationPolicy, repea
         "iptables_dump_and_parse": lambda: scan_iptables(net_ns=roots.net_ns, commands=saves, timeout=30,
                                                          reuse=False),
         "ip_ranges": lambda: scan_ranges(roots.cni_conf_dir, cache, networks_dir=roots.cni_data_dir / "networks"),
-        "correlate": lambda: correlate(inventory, desired, now=datetime.now(UTC), policy=policy),  # type: ignore[arg-type]
+        "correlate": lambda: correlate(inventory, desired, now=now, policy=policy),  # type: ignore[arg-type]
+        "detect_netns_addresses": lambda: with_netns_addresses(inventory, to_read),
+        "detect_second_correlation": lambda: correlation(read, desired, now=now, policy=policy,  # type: ignore[arg-type]
+                                                         previous=first),
     }
-    return {name: round(timed(fn, repeat) * 1000, 2) for name, fn in parts.items()}
+    out = {name: round(timed(fn, repeat) * 1000, 2) for name, fn in parts.items()}
+    out["detect_netns_read"] = len(to_read)
+    return out
 
 
 def netlink_vs_pyroute2(node: SandboxNode, repeat: int) -> dict[str, object]:
@@ -189,7 +201,7 @@ def measure_runtime(node: SandboxNode, desired: DesiredState, repeat: int, endpo
     without_rt, with_rt = ScanOptions(), ScanOptions(runtime_endpoint=endpoint)
 
     def scan(options: ScanOptions) -> None:
-        correlate(scan_node(node.roots, options), desired, now=datetime.now(UTC), policy=policy)
+        detect(scan_node(node.roots, options), desired, now=datetime.now(UTC), policy=policy)
 
     forget_readers()
     start = time.perf_counter()
@@ -234,7 +246,7 @@ def measure(pods: int, repeat: int, runtime_sandboxes: int = 0, runtime_ready: i
         policy = CorrelationPolicy(min_age_seconds=0)
 
         def scan() -> None:
-            correlate(scan_node(node.roots), desired, now=datetime.now(UTC), policy=policy)
+            detect(scan_node(node.roots), desired, now=datetime.now(UTC), policy=policy)
 
         def cold_scan() -> None:
             forget_dumps()
@@ -247,8 +259,7 @@ def measure(pods: int, repeat: int, runtime_sandboxes: int = 0, runtime_ready: i
         scan_s = timed(scan, repeat)
         bare_s = timed(lambda: bare_reads(node), repeat)
         files_s = timed(lambda: bare_reads_with_files(node), repeat)
-        inventory = scan_node(node.roots)
-        findings = correlate(inventory, desired, now=datetime.now(UTC), policy=policy)
+        inventory, findings = detect(scan_node(node.roots), desired, now=datetime.now(UTC), policy=policy)
         with_runtime: dict[str, object] | None = None
         if runtime is not None:
             try:

@@ -229,7 +229,8 @@ def cmd_clean(settings: CleanSettings, *, sleep: Callable[[float], None] = time.
     executor = make_executor(settings.roots, dry_run=not settings.apply, timeout=settings.safety.command_timeout,
                              runtime_endpoint=settings.safety.runtime_endpoint,
                              runtime_timeout=settings.safety.runtime_timeout,
-                             iptables_backend=settings.safety.iptables_backend)
+                             iptables_backend=settings.safety.iptables_backend,
+                             runtime_state_dir=settings.safety.runtime_state_dir)
     if settings.apply:
         executor = StreamingExecutor(executor, progress)
     engine_settings = make_engine_settings(settings.safety, ONE_SHOT_PHASES)

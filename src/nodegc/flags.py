@@ -225,7 +225,7 @@ def add_runtime_flags(p: argparse.ArgumentParser, *, engine: bool = False) -> No
                    metavar="DURATION", help="upper bound for one CRI call (default: %(default)s)")
     g.add_argument("--runtime-state-dir", default=defaults.RUNTIME_STATE_DIR, metavar="DIR",
                    help="containerd's state directory, whose sandbox dirs, task bundles and netns the runtime no"
-                        " longer lists are reported (default: %(default)s; 'none': not read)")
+                        " longer lists are found (default: %(default)s; 'none': not read)")
     if not engine:
         return
     g.add_argument("--running-orphan-grace", type=seconds(">=", 0), default=defaults.RUNNING_ORPHAN_GRACE_SECONDS,
@@ -234,6 +234,9 @@ def add_runtime_flags(p: argparse.ArgumentParser, *, engine: bool = False) -> No
                                            " default: %(default)s)")
     g.add_argument("--stop-running-orphans", action="store_true",
                    help="also stop such sandboxes through CRI (their workload is still running; default: report)")
+    g.add_argument("--stop-orphan-shims", action="store_true",
+                   help="also stop containerd-shim-runc-v2 processes whose id the runtime no longer lists"
+                        " (SIGTERM, then SIGKILL; default: report)")
 
 
 def add_source_flags(p: argparse.ArgumentParser) -> None:

@@ -86,6 +86,8 @@ class SafetySettings:
     running_orphan_grace_seconds: float = defaults.RUNNING_ORPHAN_GRACE_SECONDS
     stop_running_orphans: bool = False
     runtime_state_dir: Path | None = None
+    stop_orphan_shims: bool = False
+    """--stop-orphan-shims: a shim whose id the runtime no longer lists is stopped, not only reported."""
 
     @property
     def ledger_path(self) -> Path:
@@ -186,6 +188,7 @@ def safety_from_args(args: argparse.Namespace) -> SafetySettings:
         running_orphan_grace_seconds=getattr(args, "running_orphan_grace", defaults.RUNNING_ORPHAN_GRACE_SECONDS),
         stop_running_orphans=getattr(args, "stop_running_orphans", False),
         runtime_state_dir=runtime_state_dir_from_args(args),
+        stop_orphan_shims=getattr(args, "stop_orphan_shims", False),
     )
 
 
@@ -344,7 +347,8 @@ def make_node_conditions(*, node: str, client: lightkube.Client) -> NodeConditio
 def make_engine_settings(safety: SafetySettings, phases: PhasePolicy) -> EngineSettings:
     return EngineSettings(
         phases=phases,
-        correlation=CorrelationPolicy(min_age_seconds=safety.min_age_seconds),
+        correlation=CorrelationPolicy(min_age_seconds=safety.min_age_seconds,
+                                      stop_orphan_shims=safety.stop_orphan_shims),
         blast_radius=BlastRadius(max_share=safety.max_share, allow_empty_desired=safety.allow_empty_desired),
         scan=ScanOptions(command_timeout=safety.command_timeout, min_age_seconds=safety.min_age_seconds,
                          runtime_endpoint=safety.runtime_endpoint, runtime_timeout=safety.runtime_timeout,
@@ -362,12 +366,14 @@ ONE_SHOT_PHASES = PhasePolicy(consecutive_scans=1, grace_seconds=0)
 
 def make_executor(roots: Roots, *, dry_run: bool, timeout: float, runtime_endpoint: str | None = None,
                   runtime_timeout: float = defaults.RUNTIME_TIMEOUT_SECONDS,
-                  iptables_backend: str = defaults.IPTABLES_BACKEND) -> Executor:
+                  iptables_backend: str = defaults.IPTABLES_BACKEND,
+                  runtime_state_dir: Path | None = None) -> Executor:
     if dry_run:
         return DryRunExecutor()
     # StopPodSandbox runs the runtime's CNI DEL: it gets the longer of the two bounds.
     return HostExecutor(roots, timeout=timeout, runtime_endpoint=runtime_endpoint,
-                        runtime_timeout=max(timeout, runtime_timeout), iptables_backend=iptables_backend)
+                        runtime_timeout=max(timeout, runtime_timeout), iptables_backend=iptables_backend,
+                        runtime_state_dir=runtime_state_dir)
 
 
 def iptables_backend(roots: Roots, safety: SafetySettings) -> str:

@@ -13,7 +13,7 @@ import socket
 import struct
 import subprocess
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,7 +24,7 @@ from nodegc.hostio import netlink as nl
 from nodegc.hostio.mountinfo import read_mounts
 from nodegc.inventory.iptables import scan_iptables
 from nodegc.inventory.links import scan_veths
-from nodegc.inventory.netns import NetnsReadError, read_netns_addresses, scan_netns
+from nodegc.inventory.netns import NetnsReadError, read_netns_addresses, read_netns_addresses_many, scan_netns
 from nodegc.model.resources import Kind, NetnsEntry
 
 pytestmark = pytest.mark.host
@@ -185,6 +185,31 @@ def test_mount_point_missing_from_table_is_kept_as_mounted(node: Node) -> None:
 def test_read_netns_addresses(node: Node) -> None:
     assert read_netns_addresses(node.pod_a) == ("10.77.0.5",)
     assert read_netns_addresses(node.pod_b) == ()
+
+
+def test_read_netns_addresses_many_reads_each_in_order_and_fails_one_alone(node: Node) -> None:
+    """One thread opens the sockets of all: a namespace that cannot be entered fails only its own read,
+    and the caller's thread never leaves its namespace."""
+    before = os.stat("/proc/thread-self/ns/net").st_ino
+    found = read_netns_addresses_many([node.pod_a, node.leftover, node.pod_b, node.netns_dir / "never-existed",
+                                       node.pod_a])
+    assert found[0] == ("10.77.0.5",)
+    assert isinstance(found[1], NetnsReadError)
+    assert found[2] == ()
+    assert isinstance(found[3], NetnsReadError)
+    assert found[4] == ("10.77.0.5",)
+    assert [str(f) for f in found if isinstance(f, NetnsReadError)] == [
+        str(_error(lambda: read_netns_addresses(node.leftover))),
+        str(_error(lambda: read_netns_addresses(node.netns_dir / "never-existed")))]
+    assert not (node.netns_dir / "never-existed").exists()
+    assert os.stat("/proc/thread-self/ns/net").st_ino == before
+    assert read_netns_addresses_many([]) == []
+
+
+def _error(fn: Callable[[], object]) -> NetnsReadError:
+    with pytest.raises(NetnsReadError) as caught:
+        fn()
+    return caught.value
 
 
 def test_read_netns_addresses_ipv6_without_link_local(node: Node) -> None:

@@ -239,9 +239,12 @@ def test_an_endpoint_of_a_live_pod_holding_its_address_is_never_stale(
             assert stale.action is StaleAction.REPORT
 
 
-def test_sticky_ip_of_a_recreated_pod_is_kept_and_host_network_addresses_are_not_judged() -> None:
+def test_sticky_ip_of_a_recreated_pod_is_another_pod_and_host_network_addresses_are_not_judged() -> None:
     sticky = raw_slice(endpoint("10.0.0.2", "db-0", uid="old-uid"))
-    assert stale_of(sticky, pod("db-0", "new-uid", ips=("10.0.0.2",))) == []
+    assert stale_of(sticky, pod("db-0", "new-uid", ips=("10.0.0.2",))) == [
+        (0, StaleReason.UID_CHANGED, StaleAction.REMOVE)]
+    no_uid = raw_slice(endpoint("10.0.0.2", "db-0", uid=""))
+    assert stale_of(no_uid, pod("db-0", "new-uid", ips=("10.0.0.2",))) == []
     host = raw_slice(endpoint("192.168.1.7", "agent"))
     node_pod = dataclasses.replace(pod("agent", ips=("192.168.1.5",)), host_network=True)
     assert stale_of(host, node_pod) == []

@@ -28,6 +28,7 @@ from nodegc.model.ipranges import RangeStatus
 from nodegc.model.items import Item, Phase
 from nodegc.model.pods import DesiredState, OwnerState, Pod
 from nodegc.model.resources import Inventory, Kind, ReadProblem
+from nodegc.model.runtime import RuntimeSandbox
 from nodegc.observe.logs import get_logger
 from nodegc.planning.correlate import CorrelationPolicy
 from nodegc.planning.guards import BlastRadius, blast_radius_refusal
@@ -65,7 +66,7 @@ class MetricsSink(Protocol):
     def protected(self, counts: dict[str, int]) -> None: ...
     def ranges(self, statuses: Sequence[RangeStatus]) -> None: ...
     def cycle_succeeded(self, at: float) -> None: ...
-    def runtime(self, reachable: bool | None, running_orphans: int) -> None: ...
+    def runtime(self, reachable: bool | None, running_orphans: int, orphan_shims: int = 0) -> None: ...
 
 
 class NullMetrics:
@@ -96,7 +97,7 @@ class NullMetrics:
     def cycle_succeeded(self, at: float) -> None:
         pass
 
-    def runtime(self, reachable: bool | None, running_orphans: int) -> None:
+    def runtime(self, reachable: bool | None, running_orphans: int, orphan_shims: int = 0) -> None:
         pass
 
 
@@ -130,6 +131,8 @@ class CycleReport:
     running_orphans: list[Finding] = field(default_factory=list)
     """READY sandboxes whose pod has been absent from the API longer than the long grace."""
     stopped_orphans: list[tuple[Finding, bool, str]] = field(default_factory=list)
+    orphan_shims: list[Finding] = field(default_factory=list)
+    """Shim processes whose id the runtime does not list (stopped only with --stop-orphan-shims)."""
 
 
 class Engine:
@@ -183,11 +186,16 @@ class Engine:
         now = self.clock()
         self._mark(inventory, findings, now)
         report.running_orphans = self.orphans.observe(findings, now)
+        report.orphan_shims = orphan_shims(inventory, findings)
         view = inventory.runtime
-        self.metrics.runtime(None if view is None else view.reachable, len(report.running_orphans))
+        self.metrics.runtime(None if view is None else view.reachable, len(report.running_orphans),
+                             orphan_shims=len(report.orphan_shims))
         for f in report.running_orphans:
             log.warning("running orphan", sandbox=f.id, owner=f.owner.label(), owner_uid=f.owner.uid,
                         grace_seconds=self.settings.running_orphan_grace_seconds)
+        for f in report.orphan_shims:
+            log.warning("orphan shim", process=f.id, id=f.owner.container_id, finding=f.cls.value,
+                        stop=self.settings.correlation.stop_orphan_shims)
         refusal = blast_radius_refusal(findings, desired, self.settings.blast_radius)
         if refusal:
             self._block(report, "blast_radius", refusal)
@@ -269,9 +277,12 @@ class Engine:
             # Today's rules go on; nothing that needs the runtime's word is concluded this scan, and a
             # sandbox the list does not show is not gone (its item neither closes nor counts as done).
             self._block(report, "runtime_unavailable", why)
-            if inventory.runtime is not None and not any(p.kind is Kind.SANDBOX for p in inventory.problems):
-                problem = ReadProblem(Kind.SANDBOX, inventory.runtime.endpoint, why)
-                inventory = dataclasses.replace(inventory, problems=(*inventory.problems, problem))
+            if inventory.runtime is not None:
+                # Nor are the runtime's leftovers gone when they are not judged.
+                seen = {p.kind for p in inventory.problems}
+                missing = tuple(ReadProblem(kind, inventory.runtime.endpoint, why)
+                                for kind in (Kind.SANDBOX, Kind.RUNTIME_LEFTOVER) if kind not in seen)
+                inventory = dataclasses.replace(inventory, problems=(*inventory.problems, *missing))
         return inventory, findings
 
     # -- terminate -------------------------------------------------------------------------------
@@ -293,6 +304,10 @@ class Engine:
         blind = Blind(inventory.problems)
         fetched: dict[tuple[str, str], Pod | None] = {}
         """One live GET per owner pod this pass, not one per item: a sandbox has half a dozen items."""
+        settled: list[Transition] = []
+        """Items sent back or found done on the way: recorded with the checkpoint, in one transaction."""
+        statuses: dict[str, RuntimeSandbox | None] = {}
+        """One fresh PodSandboxStatus per sandbox this phase (taken here, never the scan's), not one per item."""
         groups: dict[str, list[Item]] = {}
         for item in sorted(candidates, key=lambda i: (_KIND_ORDER[i.kind], i.key)):
             groups.setdefault(_group(item), []).append(item)
@@ -304,26 +319,19 @@ class Engine:
             for item in members:
                 if item.phase is Phase.TERMINATING and item.key not in current and not blind.hides(item):
                     # A crash came after the side effect and before its record: the step is done.
-                    self._persist([after_attempt(item, ok=True, changed=False, lazy=False, now=now,
-                                                 detail=INTERRUPTED_STEP_GONE, policy=self.settings.phases)], now)
+                    settled.append(after_attempt(item, ok=True, changed=False, lazy=False, now=now,
+                                                 detail=INTERRUPTED_STEP_GONE, policy=self.settings.phases))
                     continue
-                fresh = by_key.get(item.key)
-                doubt = self._doubt(item, fresh, current.get(item.key))
-                if doubt is None and fresh is not None and fresh.sandbox:
-                    try:
-                        doubt = self._runtime_doubt(item, fresh.sandbox)
-                    except CRIError as e:
-                        self._block(report, "runtime_unavailable", f"fresh sandbox status failed: {e}")
-                        return self._checkpoint(_by_kind(verified), now)
-                owner_matters = fresh is None or not fresh.sandbox or fresh.owner_state is not OwnerState.LIVE
-                if doubt is None and owner_matters:
-                    try:
-                        doubt = self._owner_doubt(item, fetched)
-                    except SourceError as e:
-                        self._block(report, "source_unavailable", f"live GET failed, nothing proceeds: {e}")
-                        return self._checkpoint(_by_kind(verified), now)
+                try:
+                    doubt = self._item_doubt(item, by_key.get(item.key), current.get(item.key), statuses, fetched)
+                except CRIError as e:
+                    self._block(report, "runtime_unavailable", f"fresh sandbox status failed: {e}")
+                    return self._checkpoint(_by_kind(verified), now, settled)
+                except SourceError as e:
+                    self._block(report, "source_unavailable", f"live GET failed, nothing proceeds: {e}")
+                    return self._checkpoint(_by_kind(verified), now, settled)
                 if doubt:
-                    self._persist([back_to_detect(item, f"re-verification: {doubt}", now)], now)
+                    settled.append(back_to_detect(item, f"re-verification: {doubt}", now))
                     report.sent_back.append((item, doubt))
                     self.metrics.blocked("reverification")
                     log.info("sent back to detect", item=item.key, reason=doubt)
@@ -337,7 +345,20 @@ class Engine:
                 self._block(report, "rate_limit", "global reclaim rate reached; the rest waits")
                 break
             verified += passed
-        return self._checkpoint(_by_kind(verified), now)
+        return self._checkpoint(_by_kind(verified), now, settled)
+
+    def _item_doubt(self, item: Item, fresh: Finding | None, resource: Resource | None,
+                    statuses: dict[str, RuntimeSandbox | None],
+                    fetched: dict[tuple[str, str], Pod | None]) -> str | None:
+        """Why the item must not go now, or None. Raises CRIError when the runtime cannot answer for its
+        sandbox, SourceError when the live GET of its owner fails."""
+        doubt = self._doubt(item, fresh, resource)
+        if doubt is None and fresh is not None and fresh.sandbox:
+            doubt = self._runtime_doubt(item, fresh.sandbox, statuses)
+        owner_matters = fresh is None or not fresh.sandbox or fresh.owner_state is not OwnerState.LIVE
+        if doubt is None and owner_matters:
+            doubt = self._owner_doubt(item, fetched)
+        return doubt
 
     def _doubt(self, item: Item, finding: Finding | None, resource: Resource | None) -> str | None:
         if resource is None or finding is None:
@@ -371,13 +392,16 @@ class Engine:
             i.resource_id for i in self.ledger.items(active_only=True).values()
             if i.kind is Kind.SANDBOX and i.attempts >= RUNTIME_ATTEMPTS_BEFORE_DIRECT)
 
-    def _runtime_doubt(self, item: Item, sandbox_id: str) -> str | None:
+    def _runtime_doubt(self, item: Item, sandbox_id: str, statuses: dict[str, RuntimeSandbox | None]) -> str | None:
         """A fresh PodSandboxStatus: an attachment judged by the runtime's word needs the runtime still not
-        to know its sandbox; a sandbox to remove must still exist and still be NotReady."""
+        to know its sandbox; a sandbox to remove must still exist and still be NotReady. `statuses` holds the
+        answers of this terminate phase: the items of one sandbox share one status call."""
         reader = runtime_reader(self.settings.scan)
         if reader is None:
             return "no runtime to ask"
-        status = reader.fresh_status(sandbox_id)
+        if sandbox_id not in statuses:
+            statuses[sandbox_id] = reader.fresh_status(sandbox_id)
+        status = statuses[sandbox_id]
         if item.kind is not Kind.SANDBOX:
             if status is not None and not status.ready and sandbox_id in self._gave_up:
                 return None
@@ -414,12 +438,28 @@ class Engine:
     # -- clean and confirm -----------------------------------------------------------------------
 
     def _clean(self, verified: list[tuple[Item, Resource]], report: CycleReport) -> None:
+        """The executor's outcomes are recorded one transaction per step (outcomes of one kind in a row),
+        not one per item: each transaction is an fsync. No side effect waits on an outcome's record (the
+        TERMINATING checkpoint guards them all); a crash before a step's record leaves its items
+        TERMINATING, and the next terminate finds each one done (gone) or re-verifies and retries it."""
+        pending: list[Transition] = []
+
+        def flush() -> None:
+            if not pending:
+                return
+            batch = list(pending)
+            pending.clear()
+            self._persist(batch, self.clock())
+            for t in batch:
+                fault_point(f"after_record:{t.item.kind.value}")
+
         def on_outcome(item: Item, outcome: Outcome) -> None:
+            if pending and pending[-1].item.kind is not item.kind:
+                flush()
             now = self.clock()
-            t = after_attempt(item, ok=outcome.ok, changed=outcome.identity_changed, detail=outcome.detail,
-                              lazy=outcome.lazy, now=now, policy=self.settings.phases, skipped=outcome.skipped)
-            self._persist([t], now)
-            fault_point(f"after_record:{item.kind.value}")
+            pending.append(after_attempt(item, ok=outcome.ok, changed=outcome.identity_changed,
+                                         detail=outcome.detail, lazy=outcome.lazy, now=now,
+                                         policy=self.settings.phases, skipped=outcome.skipped))
             result = "dry_run" if outcome.skipped else "gone" if outcome.already_gone else "ok" if outcome.ok else (
                 "changed" if outcome.identity_changed else "failed")
             self.metrics.reclaimed(item.kind.value, result)
@@ -430,7 +470,10 @@ class Engine:
 
         if self.executor.destructive:
             verified = [(dataclasses.replace(i, phase=Phase.TERMINATING), r) for i, r in verified]
-        self.executor.execute(verified, on_outcome=on_outcome)
+        try:
+            self.executor.execute(verified, on_outcome=on_outcome)
+        finally:
+            flush()
 
     def _confirm(self, verified: list[tuple[Item, Resource]], report: CycleReport) -> None:
         """Only a confirmed absence closes an item; a rescan of the host decides."""
@@ -461,14 +504,18 @@ class Engine:
                          from_phase=t.previous.value if t.previous else None, to_phase=t.item.phase.value,
                          reason=t.reason)
 
-    def _checkpoint(self, verified: list[tuple[Item, Resource]], now: float) -> list[tuple[Item, Resource]]:
-        """Every verified item is written TERMINATING before a destructive executor runs."""
+    def _checkpoint(self, verified: list[tuple[Item, Resource]], now: float,
+                    settled: Sequence[Transition] = ()) -> list[tuple[Item, Resource]]:
+        """Every verified item is written TERMINATING before a destructive executor runs, in one transaction
+        with the items terminate settled on the way (sent back, or found done): one fsync, not one per item."""
+        transitions = list(settled)
+        if self.executor.destructive:
+            transitions += [
+                Transition(dataclasses.replace(item, phase=Phase.TERMINATING), item.phase, "re-verified; reclaiming")
+                for item, _ in verified if item.phase is not Phase.TERMINATING]
+        self._persist(transitions, now)
         if not self.executor.destructive:
             return verified
-        self._persist([
-            Transition(dataclasses.replace(item, phase=Phase.TERMINATING), item.phase, "re-verified; reclaiming")
-            for item, _ in verified if item.phase is not Phase.TERMINATING
-        ], now)
         for item, _ in verified:
             fault_point(f"after_checkpoint:{item.kind.value}")
         return verified
@@ -484,6 +531,14 @@ class Engine:
             key = (item.kind.value, item.phase.value)
             counts[key] = counts.get(key, 0) + 1
         self.metrics.items(counts)
+
+
+def orphan_shims(inventory: Inventory, findings: Sequence[Finding]) -> list[Finding]:
+    """The shims of this scan whose id the runtime does not list, old enough to judge."""
+    view = inventory.runtime
+    shims = {left.path for left in view.leftovers if left.what == "shim" and not left.problem} if view else set()
+    return [f for f in findings if f.kind is Kind.RUNTIME_LEFTOVER and f.id in shims
+            and f.cls in (FindingClass.RUNTIME_LEFTOVER, FindingClass.ORPHANED_SHIM)]
 
 
 def _group(item: Item) -> str:

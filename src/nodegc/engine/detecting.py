@@ -3,7 +3,8 @@
 A scan reads the addresses inside a network namespace only when no cache entry names it (a setns and a
 netlink dump each). Before anything may act inside a namespace (CNI DEL, netns removal, the host end of
 its veth), what the namespace holds must be known, so the namespaces of such findings are read here and
-the inventory correlated again: an address that a live pod claims outweighs any cache entry.
+the inventory correlated again: an address that a live pod claims outweighs any cache entry. The second
+correlation reuses what the first built that does not depend on the namespaces.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from nodegc.inventory.scanning import with_netns_addresses
 from nodegc.model.findings import Finding
 from nodegc.model.pods import DesiredState
 from nodegc.model.resources import Inventory, Kind
-from nodegc.planning.correlate import CorrelationPolicy, correlate
+from nodegc.planning.correlate import CorrelationPolicy, correlation
 from nodegc.planning.owners import netns_key
 
 _ACTS_IN_NETNS = frozenset({Kind.CNI_CACHE, Kind.NETNS, Kind.VETH})
@@ -27,12 +28,17 @@ def detect(
     now: datetime,
     policy: CorrelationPolicy,
 ) -> tuple[Inventory, tuple[Finding, ...]]:
-    findings = correlate(inventory, desired, now=now, policy=policy)
+    first = correlation(inventory, desired, now=now, policy=policy)
+    paths = netns_to_read(inventory, first.findings)
+    if not paths:
+        return inventory, first.findings
+    inventory = with_netns_addresses(inventory, paths)
+    # Only the namespaces changed: the second pass takes from the first what does not depend on them.
+    return inventory, correlation(inventory, desired, now=now, policy=policy, previous=first).findings
+
+
+def netns_to_read(inventory: Inventory, findings: tuple[Finding, ...]) -> set[str]:
+    """The mounted namespaces, their addresses not read yet, that residue among `findings` would act in."""
     keys = {key for f in findings if f.cls.is_residue and f.kind in _ACTS_IN_NETNS
             and (key := netns_key(f.netns)) is not None}
-    paths = {ns.path for ns in inventory.netns
-             if ns.mounted and not ns.addresses_read and netns_key(ns.path) in keys}
-    if not paths:
-        return inventory, findings
-    inventory = with_netns_addresses(inventory, paths)
-    return inventory, correlate(inventory, desired, now=now, policy=policy)
+    return {ns.path for ns in inventory.netns if ns.mounted and not ns.addresses_read and netns_key(ns.path) in keys}

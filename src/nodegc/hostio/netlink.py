@@ -341,29 +341,157 @@ def _new_socket(protocol: int = NETLINK_ROUTE) -> socket.socket:
 
 
 def _socket_in(net_ns: Path, *, timeout: float, protocol: int = NETLINK_ROUTE) -> socket.socket:
-    """A netlink socket created in the namespace of `net_ns` by a thread of its own."""
-    result: list[socket.socket | BaseException] = []
-    thread = threading.Thread(target=_open_in_thread, args=(net_ns, result, protocol), name="nodegc-netns",
+    """A netlink socket created in the namespace of `net_ns` by a thread of its own.
+
+    A thread still entering the namespace when `timeout` runs out is abandoned: whatever socket it makes
+    afterwards it closes itself, so a slow namespace never leaves an open descriptor behind.
+    """
+    handoff = _Handoff()
+    thread = threading.Thread(target=_open_in_thread, args=(net_ns, handoff, protocol), name="nodegc-netns",
                               daemon=True)
-    thread.start()
-    thread.join(timeout)
-    if thread.is_alive() or not result:
+    try:
+        thread.start()
+    except RuntimeError as e:  # no thread can be started
+        raise NetlinkError(f"{os.fsdecode(net_ns)}: cannot start a thread to enter the namespace: {e}") from e
+    try:
+        thread.join(timeout)
+    except BaseException:
+        _close(handoff.claim())
+        raise
+    outcome = handoff.claim()
+    if outcome is None:
         raise NetlinkError(f"{os.fsdecode(net_ns)}: entering the namespace did not finish in time")
-    outcome = result[0]
     if isinstance(outcome, BaseException):
         raise NetlinkError(f"{os.fsdecode(net_ns)}: {outcome}") from outcome
     return outcome
 
 
-def _open_in_thread(net_ns: Path, result: list[socket.socket | BaseException], protocol: int) -> None:
+class _Handoff:
+    """What the namespace thread made, taken by the caller once: after that, the thread keeps nothing."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._outcome: socket.socket | BaseException | None = None
+        self._claimed = False
+
+    def claim(self) -> socket.socket | BaseException | None:
+        """The thread's outcome, or None when it has none yet (then it closes what it makes later)."""
+        with self._lock:
+            self._claimed = True
+            outcome, self._outcome = self._outcome, None
+            return outcome
+
+    def offer(self, outcome: socket.socket | BaseException) -> None:
+        with self._lock:
+            if not self._claimed:
+                self._outcome = outcome
+                return
+        _close(outcome)
+
+
+def _close(outcome: socket.socket | BaseException | None) -> None:
+    if isinstance(outcome, socket.socket):
+        outcome.close()
+
+
+def _open_in_thread(net_ns: Path, handoff: _Handoff, protocol: int) -> None:
     try:
-        result.append(_enter_and_open(net_ns, protocol))
+        outcome: socket.socket | BaseException = _enter_and_open(net_ns, protocol)
     except BaseException as e:  # handed to the caller, which raises it in its own thread
-        result.append(e)
+        outcome = e
+    handoff.offer(outcome)
+
+
+def open_many(paths: Sequence[Path], *, timeout: float = DEFAULT_TIMEOUT) -> list[RtnlSocket | NetlinkError]:
+    """A socket in the namespace of each netns file, in order, or why there is none.
+
+    One thread enters the namespaces in turn (a thread costs far more than a setns, and a scan may read
+    hundreds of namespaces); like `RtnlSocket.open`, it goes back to its own namespace after each one and
+    the calling thread never changes namespace. Namespaces not entered within `timeout` fail; a socket
+    the thread makes after that it closes itself, so no descriptor is left behind.
+    """
+    if not paths:
+        return []
+    batch = _Batch()
+    thread = threading.Thread(target=_open_many_in_thread, args=(list(paths), batch), name="nodegc-netns",
+                              daemon=True)
+    try:
+        thread.start()
+    except RuntimeError as e:  # no thread can be started
+        return [NetlinkError(f"{os.fsdecode(p)}: cannot start a thread to enter the namespace: {e}") for p in paths]
+    try:
+        thread.join(timeout)
+    except BaseException:
+        for outcome in batch.claim():
+            _close(outcome)
+        raise
+    results = batch.claim()
+    out: list[RtnlSocket | NetlinkError] = []
+    for i, path in enumerate(paths):
+        where = os.fsdecode(path)
+        if i >= len(results):
+            out.append(NetlinkError(f"{where}: entering the namespace did not finish in time"))
+            continue
+        outcome = results[i]
+        if isinstance(outcome, BaseException):
+            error = NetlinkError(f"{where}: {outcome}")
+            error.__cause__ = outcome
+            out.append(error)
+            continue
+        try:
+            outcome.settimeout(timeout)
+            outcome.bind((0, 0))
+        except OSError as e:
+            outcome.close()
+            out.append(NetlinkError(f"cannot bind netlink socket: {e.strerror or e}"))
+            continue
+        out.append(RtnlSocket(outcome))
+    return out
+
+
+class _Batch:
+    """What the namespace thread of `open_many` made so far, taken by the caller once (then the thread
+    closes what it makes later and stops)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._made: list[socket.socket | BaseException] = []
+        self._claimed = False
+
+    def claim(self) -> list[socket.socket | BaseException]:
+        with self._lock:
+            self._claimed = True
+            made, self._made = self._made, []
+            return made
+
+    def offer(self, outcomes: list[socket.socket | BaseException]) -> bool:
+        """False (and every socket closed) once the caller has claimed."""
+        with self._lock:
+            if not self._claimed:
+                self._made.extend(outcomes)
+                return True
+        for outcome in outcomes:
+            _close(outcome)
+        return False
+
+
+def _open_many_in_thread(paths: list[Path], batch: _Batch) -> None:
+    for done, path in enumerate(paths):
+        try:
+            outcome: socket.socket | BaseException = _enter_and_open(path)
+        except BaseException as e:  # handed to the caller, which raises it in its own thread
+            outcome = e
+        if isinstance(outcome, _Stranded):
+            # A thread that could not go back is no longer where it started: it enters nothing more.
+            batch.offer([outcome] * (len(paths) - done))
+            return
+        if not batch.offer([outcome]):
+            return
 
 
 def _enter_and_open(net_ns: Path, protocol: int = NETLINK_ROUTE) -> socket.socket:
-    # the thread's own namespace, to go back to; the thread exits right after, so a failed return is moot
+    # the thread's own namespace, to go back to; a thread that could not go back is never used again
+    # (`_Stranded`), and the socket is not handed out then
     home = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
     try:
         target = os.open(net_ns, os.O_RDONLY | os.O_CLOEXEC)
@@ -371,12 +499,30 @@ def _enter_and_open(net_ns: Path, protocol: int = NETLINK_ROUTE) -> socket.socke
             _setns(target, f"cannot enter {os.fsdecode(net_ns)}")
         finally:
             os.close(target)
+        sock: socket.socket | None = None
         try:
-            return _new_socket(protocol)
+            sock = _new_socket(protocol)
         finally:
-            _setns(home, "cannot return to the original namespace")
+            try:
+                _return(home)
+            except BaseException:
+                if sock is not None:
+                    sock.close()
+                raise
+        return sock
     finally:
         os.close(home)
+
+
+class _Stranded(OSError):
+    """The thread entered a namespace and could not go back to its own."""
+
+
+def _return(home: int) -> None:
+    try:
+        _setns(home, "cannot return to the original namespace")
+    except OSError as e:
+        raise _Stranded(e.errno, e.strerror) from e
 
 
 def _setns(fd: int, what: str) -> None:

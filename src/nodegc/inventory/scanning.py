@@ -19,7 +19,7 @@ from nodegc.inventory.cni_ipam import scan_ip_reservations
 from nodegc.inventory.cri.runtimes import read_runtime
 from nodegc.inventory.iptables import scan_iptables_all
 from nodegc.inventory.links import scan_veths
-from nodegc.inventory.netns import NetnsReadError, read_netns_addresses, scan_netns
+from nodegc.inventory.netns import NetnsReadError, read_netns_addresses_many, scan_netns
 from nodegc.inventory.pod_dirs import scan_pod_dirs
 from nodegc.inventory.pod_logs import scan_pod_log_dirs
 from nodegc.inventory.static_pods import scan_static_pods
@@ -82,8 +82,9 @@ def scan_node(
         inventory = dataclasses.replace(inventory, problems=(*inventory.problems, *found))
     if runtime is not None and not runtime.reachable:
         # Sandboxes the runtime could not list are not gone: their items must not close or move on.
-        problem = ReadProblem(Kind.SANDBOX, runtime.endpoint, f"runtime unreachable: {runtime.error}")
-        inventory = dataclasses.replace(inventory, problems=(*inventory.problems, problem))
+        found = tuple(ReadProblem(kind, runtime.endpoint, f"runtime unreachable: {runtime.error}")
+                      for kind in (Kind.SANDBOX, Kind.RUNTIME_LEFTOVER))
+        inventory = dataclasses.replace(inventory, problems=(*inventory.problems, *found))
     log.debug(
         "node scanned",
         seconds=round(time.monotonic() - started, 4),
@@ -164,16 +165,14 @@ def _with_addresses(
     entries: tuple[NetnsEntry, ...], referenced: set[str]
 ) -> tuple[tuple[NetnsEntry, ...], list[ReadProblem]]:
     """Only a namespace no cache entry names needs its addresses: they are its last link to a pod."""
-    out: list[NetnsEntry] = []
+    wanted = [i for i, entry in enumerate(entries)
+              if entry.mounted and not entry.addresses_read and entry.name not in referenced]
+    read = read_netns_addresses_many([Path(entries[i].path) for i in wanted])
+    out = list(entries)
     problems: list[ReadProblem] = []
-    for entry in entries:
-        if not entry.mounted or entry.addresses_read or entry.name in referenced:
-            out.append(entry)
-            continue
-        try:
-            out.append(dataclasses.replace(entry, addresses=read_netns_addresses(Path(entry.path)),
-                                           addresses_read=True))
-        except NetnsReadError as e:
-            out.append(entry)
-            problems.append(ReadProblem(Kind.NETNS, entry.path, f"cannot read addresses: {e}"))
+    for i, found in zip(wanted, read, strict=True):
+        if isinstance(found, NetnsReadError):
+            problems.append(ReadProblem(Kind.NETNS, entries[i].path, f"cannot read addresses: {found}"))
+        else:
+            out[i] = dataclasses.replace(entries[i], addresses=found, addresses_read=True)
     return tuple(out), problems

@@ -24,8 +24,14 @@ class FindingClass(StrEnum):
     ORPHANED_POD_LOG_DIR = "orphaned_pod_log_dir"
     LEAKED_FIREWALL_RULE = "leaked_firewall_rule"
     RUNTIME_LEFTOVER = "runtime_leftover"
-    """A sandbox directory, task bundle, netns or shim of containerd's whose id the runtime does not list:
-    reported, never reclaimed."""
+    """A sandbox directory, task bundle, netns or shim of containerd's whose id the runtime does not list,
+    that nodegc does not reclaim (a netns under the state dir, a shim without --stop-orphan-shims, a
+    directory something may still use or that cannot be reclaimed safely): reported only."""
+    ORPHANED_RUNTIME_DIR = "orphaned_runtime_dir"
+    """A containerd sandbox state directory or task bundle whose id the runtime does not list, that nothing
+    uses any more: its shm or rootfs mount is unmounted and the directory removed."""
+    ORPHANED_SHIM = "orphaned_shim"
+    """A containerd shim process whose id the runtime does not list, stopped on opt-in (--stop-orphan-shims)."""
     RUNNING_ORPHAN = "running_orphan"
     """A READY sandbox of a pod gone from the API: reported (Event, metric), never stopped by default."""
     CONFLICT = "conflict"

@@ -54,6 +54,27 @@ class RuntimeLeftover:
     path: str
     mounted: bool = False
     pid: int | None = None
+    inode: int | None = None
+    """A directory's inode (lstat): a re-read must find the same directory."""
+    mtime: float | None = None
+    """A directory's modification time, or a shim's start (epoch seconds): its age."""
+    mount_id: int | None = None
+    """The id of the one mount expected inside the directory (`shm` of a sandbox dir, `rootfs` of a task
+    bundle), when it is mounted exactly there."""
+    mount_point: str | None = None
+    """Where that mount is expected (`<path>/shm` or `<path>/rootfs`)."""
+    other_mounts: tuple[str, ...] = ()
+    """Mount points at or below the directory that are not the expected one: the directory is not touched."""
+    sandbox_id: str | None = None
+    """A task bundle's sandbox (its OCI annotation `io.kubernetes.cri.sandbox-id`), when it names one."""
+    busy: str | None = None
+    """Why something may still use the directory (its task's init process is alive), when it may."""
+    problem: str | None = None
+    """Why the entry cannot be reclaimed at all (a symlink, a path outside the state dir, an odd name)."""
+    start_time: int | None = None
+    """A shim's start time in clock ticks since boot (/proc/<pid>/stat field 22): with the pid, its identity."""
+    address: str | None = None
+    """A shim's `-address` (the containerd socket it belongs to)."""
 
 
 @dataclass(frozen=True)

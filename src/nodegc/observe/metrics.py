@@ -106,6 +106,10 @@ class Metrics:
             "nodegc_running_orphan_sandboxes",
             "READY sandboxes whose pod has been absent from the API longer than the long grace (reported, stopped"
             " only with --stop-running-orphans).", registry=r)
+        self.orphan_shims = Gauge(
+            "nodegc_orphan_shims",
+            "containerd shim processes whose id the runtime does not list, at the last scan (stopped only with"
+            " --stop-orphan-shims).", registry=r)
         self.ready_gauge = Gauge("nodegc_ready", "1 while /readyz answers ok, else 0.", registry=r)
         self.range_capacity = Gauge("nodegc_ip_range_capacity",
                                     "Addresses host-local can hand out in the range set (the gateway excluded).",
@@ -180,10 +184,11 @@ class Metrics:
     def cycle_succeeded(self, at: float) -> None:
         self.last_success.set(at)
 
-    def runtime(self, reachable: bool | None, running_orphans: int) -> None:
+    def runtime(self, reachable: bool | None, running_orphans: int, orphan_shims: int = 0) -> None:
         if reachable is not None:
             self.runtime_up.set(1 if reachable else 0)
         self.running_orphans.set(running_orphans)
+        self.orphan_shims.set(orphan_shims)
 
     def ranges(self, statuses: Iterable[RangeStatus]) -> None:
         """Replace the per-range gauges; a range set no longer seen loses its series."""

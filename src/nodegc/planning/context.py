@@ -6,14 +6,23 @@ context and appends findings; `correlate` runs the domains in order and then the
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 
 from nodegc import defaults
 from nodegc.model.findings import Finding, FindingClass
 from nodegc.model.pods import DesiredState, OwnerState, Pod
-from nodegc.model.resources import CNICacheEntry, Inventory, IPReservation, Kind, NetnsEntry, StaticPodManifest
+from nodegc.model.resources import (
+    CNICacheEntry,
+    Inventory,
+    IPReservation,
+    Kind,
+    NetnsEntry,
+    ReadProblem,
+    StaticPodManifest,
+)
 from nodegc.planning.owners import CacheIndex, PodIndex, Resolution, netns_key, normalize_ip, resolve_cache_owner
 
 HOLDING = frozenset({OwnerState.LIVE, OwnerState.PENDING, OwnerState.UNKNOWN})
@@ -30,6 +39,8 @@ class CorrelationPolicy:
     runtime_gave_up: frozenset[str] = frozenset()
     """NotReady sandboxes whose removal through the runtime failed repeatedly (its teardown, CNI DEL, keeps
     failing): the runtime has had its turn, and their network parts are judged as if it did not know them."""
+    stop_orphan_shims: bool = False
+    """Opt-in: a shim process whose id the runtime does not list is residue (stopped), not only reported."""
 
 
 @dataclass
@@ -66,13 +77,26 @@ class Context:
     """Why reservations no cache entry explains may be a left-out pod's: one of its pod directories."""
     resolutions: dict[str, Resolution] = field(default_factory=dict)
     """The owner of every cache entry, by path, resolved once a scan."""
+    runtime_unusable: tuple[str | None] | None = None
+    """Why the runtime's view carries no evidence (planning.runtime), once worked out: (reason or None,)."""
     unmirrored: list[StaticPodManifest] = field(default_factory=list)
     mirrored: list[tuple[StaticPodManifest, Pod]] = field(default_factory=list)
     """Manifests with their mirror pod in the desired state: the mirror may lag behind an edited manifest."""
     """Static pod manifests whose mirror pod the desired state does not show (or that cannot be read)."""
 
     @classmethod
-    def build(cls, inv: Inventory, desired: DesiredState, now: datetime, policy: CorrelationPolicy) -> Context:
+    def build(cls, inv: Inventory, desired: DesiredState, now: datetime, policy: CorrelationPolicy,
+              previous: Context | None = None) -> Context:
+        """`previous`: the context of a correlation of the same desired state at the same time whose
+        inventory may differ in its network namespaces only (detect's second pass, after it read their
+        addresses): what depends on nothing else is taken from it instead of being built again."""
+        if previous is not None and previous.same_but_netns(inv, desired, now, policy):
+            return cls(inv=inv, desired=desired, pods=previous.pods, cache=previous.cache, now=previous.now,
+                       photo=previous.photo, policy=policy, unaccounted=previous.unaccounted,
+                       unreadable_cache=_unreadable_cache(inv), netns_by_key=_netns_by_key(inv),
+                       resolutions=previous.resolutions, unexplained_pod_dir=previous.unexplained_pod_dir,
+                       netns_unreadable=_netns_unreadable(inv), unmirrored=previous.unmirrored,
+                       mirrored=previous.mirrored)
         pods = PodIndex.build(desired)
         cache = CacheIndex.build(inv.cni_cache)
         explained: set[str] = set()
@@ -85,17 +109,23 @@ class Context:
                 explained.add(res.pod.uid)
         unaccounted = [p for p in desired.pods if p.state is OwnerState.LIVE and not p.host_network
                        and p.uid not in explained]
-        unreadable = tuple(pr.path.rstrip("/").rsplit("/", 1)[-1] for pr in inv.problems if pr.kind is Kind.CNI_CACHE)
-        by_key = {key: ns for ns in inv.netns if (key := netns_key(ns.path)) is not None}
         return cls(inv=inv, desired=desired, pods=pods, cache=cache, now=now.timestamp(),
                    photo=desired.fetched_at.timestamp(), policy=policy, unaccounted=unaccounted,
-                   unreadable_cache=unreadable, netns_by_key=by_key, resolutions=resolutions,
+                   unreadable_cache=_unreadable_cache(inv), netns_by_key=_netns_by_key(inv), resolutions=resolutions,
                    unexplained_pod_dir=next((f"pod directory {d.path} of a pod the desired state lacks is still there"
                                              for d in inv.pod_dirs
                                              if d.uid not in pods.by_uid and d.uid not in cache.by_uid), None),
-                   netns_unreadable=frozenset(pr.path for pr in inv.problems if pr.kind is Kind.NETNS),
+                   netns_unreadable=_netns_unreadable(inv),
                    unmirrored=[m for m in inv.static_pods if _mirror_of(m, desired, pods) is None],
                    mirrored=[(m, p) for m in inv.static_pods if (p := _mirror_of(m, desired, pods)) is not None])
+
+    def same_but_netns(self, inv: Inventory, desired: DesiredState, now: datetime, policy: CorrelationPolicy) -> bool:
+        """Whether a correlation of `inv` sees what this one saw, its network namespaces aside: the same
+        desired state, time and policy, the very same records of every other kind and the same read
+        problems of every other kind."""
+        return (desired is self.desired and now.timestamp() == self.now and policy == self.policy
+                and all(getattr(inv, name) is getattr(self.inv, name) for name in _NOT_NETNS)
+                and _not_netns(inv.problems) == _not_netns(self.inv.problems))
 
     def static_owner(self, *, uid: str | None, namespace: str | None = None, name: str | None = None,
                      containers: tuple[str, ...] | None = None, mtime: float | None = None) -> str | None:
@@ -137,7 +167,7 @@ class Context:
         self.findings.append(finding)
         return finding
 
-    @property
+    @functools.cached_property
     def cutoff(self) -> float:
         """Only what is older than this can be residue: the minimum age, counted back from the photo's
         time (the desired state cannot know a pod born after it was taken), never from a later scan."""
@@ -160,6 +190,26 @@ class Context:
             return None
         names = ", ".join(f"{p.namespace}/{p.name}" for p in self.pods.unsettled[:3])
         return f"pods still starting on this node (not Running with an IP) may own it: {names}"
+
+
+_NOT_NETNS = tuple(f.name for f in fields(Inventory) if f.name not in ("netns", "problems"))
+"""What a correlation reads of an inventory besides its namespaces and its read problems (compared apart)."""
+
+
+def _not_netns(problems: tuple[ReadProblem, ...]) -> tuple[ReadProblem, ...]:
+    return tuple(p for p in problems if p.kind is not Kind.NETNS)
+
+
+def _unreadable_cache(inv: Inventory) -> tuple[str, ...]:
+    return tuple(pr.path.rstrip("/").rsplit("/", 1)[-1] for pr in inv.problems if pr.kind is Kind.CNI_CACHE)
+
+
+def _netns_by_key(inv: Inventory) -> dict[str, NetnsEntry]:
+    return {key: ns for ns in inv.netns if (key := netns_key(ns.path)) is not None}
+
+
+def _netns_unreadable(inv: Inventory) -> frozenset[str]:
+    return frozenset(pr.path for pr in inv.problems if pr.kind is Kind.NETNS)
 
 
 def _ips(raw: tuple[str, ...]) -> set[str]:

@@ -8,6 +8,7 @@ reclaimed on a guess.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 
 from nodegc.model.findings import Finding
@@ -16,10 +17,22 @@ from nodegc.model.resources import Inventory
 from nodegc.planning.context import Context, CorrelationPolicy
 from nodegc.planning.firewall import correlate_firewall
 from nodegc.planning.kubelet import correlate_kubelet
-from nodegc.planning.network import correlate_network, shared_namespaces, stand_or_fall_together
+from nodegc.planning.network import NetworkPass, correlate_network, shared_namespaces, stand_or_fall_together
 from nodegc.planning.runtime import correlate_pod_logs, correlate_runtime
 
-__all__ = ["CorrelationPolicy", "correlate"]
+__all__ = ["Correlation", "CorrelationPolicy", "correlate", "correlation"]
+
+
+@dataclass(frozen=True)
+class Correlation:
+    """The findings of one correlation, and what a second one of the same scan can take from it."""
+
+    findings: tuple[Finding, ...]
+    context: Context
+    kubelet: tuple[Finding, ...]
+    """The kubelet domain's findings as it made them: it runs first and reads no namespace."""
+    network: NetworkPass
+    """What the network domain decided without looking at a namespace."""
 
 
 def correlate(
@@ -29,12 +42,32 @@ def correlate(
     now: datetime,
     policy: CorrelationPolicy | None = None,
 ) -> tuple[Finding, ...]:
-    ctx = Context.build(inventory, desired, now, policy or CorrelationPolicy())
-    correlate_kubelet(ctx)
-    correlate_network(ctx)
+    return correlation(inventory, desired, now=now, policy=policy).findings
+
+
+def correlation(
+    inventory: Inventory,
+    desired: DesiredState,
+    *,
+    now: datetime,
+    policy: CorrelationPolicy | None = None,
+    previous: Correlation | None = None,
+) -> Correlation:
+    """`previous`: a correlation of the same scan before more of its namespaces' addresses were read (the
+    findings are the same as without it; only the work that cannot have changed is not done again)."""
+    ctx = Context.build(inventory, desired, now, policy or CorrelationPolicy(),
+                        previous.context if previous is not None else None)
+    reuse = previous if previous is not None and ctx.pods is previous.context.pods else None
+    if reuse is not None:
+        # The kubelet's objects (pod directories, volumes) do not depend on namespaces.
+        ctx.findings.extend(reuse.kubelet)
+    else:
+        correlate_kubelet(ctx)
+    kubelet = tuple(ctx.findings)
+    network = correlate_network(ctx, reuse.network if reuse is not None else None)
     correlate_runtime(ctx)
     correlate_pod_logs(ctx)
     correlate_firewall(ctx)
     shared_namespaces(ctx)
     stand_or_fall_together(ctx)
-    return tuple(ctx.findings)
+    return Correlation(tuple(ctx.findings), ctx, kubelet, network)

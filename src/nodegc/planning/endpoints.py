@@ -77,9 +77,9 @@ def find_stale(slices: Iterable[Slice], pods: PodIndex) -> tuple[StaleEndpoint, 
 
 # A pod that is gone or terminal is proof on any slice, and so is a targetRef UID that no longer exists:
 # identity is the UID, so a pod of the same name with another UID is another pod, not evidence that the
-# endpoint's pod lives (a StatefulSet pod recreated with a new IP). An address the pod's status does not
-# show is proof only on a slice nobody manages: other managers (multus, for one) publish
-# secondary-network addresses that status.podIPs never lists.
+# endpoint's pod lives (a StatefulSet pod recreated under the same name, with a new IP or the same one).
+# An address the pod's status does not show is proof only on a slice nobody manages: other managers
+# (multus, for one) publish secondary-network addresses that status.podIPs never lists.
 _PROOF_FOR_ANY_MANAGER = frozenset({StaleReason.POD_MISSING, StaleReason.UID_CHANGED, StaleReason.POD_TERMINAL})
 
 
@@ -116,12 +116,14 @@ def staleness(
     if pod is None:
         return StaleReason.POD_MISSING, f"pod {namespace}/{ref.name} does not exist"
     if ref.uid and pod.uid != ref.uid:
-        # A newer incarnation under the same name that holds the address (a sticky IP) still serves it.
-        if pod.state is not OwnerState.TERMINAL and not addresses_not_held(endpoint.addresses, pod) and any(
-                _ip(a) in {_ip(p) for p in pod.pod_ips} for a in endpoint.addresses):
-            return None
+        # The pods were read after the slice, so the pod the endpoint names existed before this one, which
+        # took its name: the endpoint's pod is gone, whatever address the newer one holds (a sticky IP is
+        # served by the newer pod, whose readiness the endpoint does not speak for; its own endpoint
+        # carries its own uid). Without a uid in the targetRef nothing tells the incarnations apart.
+        same = _same_address(endpoint.addresses, pod)
         return StaleReason.UID_CHANGED, (
             f"pod {namespace}/{ref.name} has uid {pod.uid}, the endpoint names uid {ref.uid}"
+            + (" (the newer pod holds the same address)" if same else "")
         )
     if pod.state is OwnerState.TERMINAL:
         return StaleReason.POD_TERMINAL, f"pod {namespace}/{ref.name} is {pod.phase}"
@@ -152,6 +154,11 @@ def addresses_not_held(addresses: Sequence[str], pod: Pod) -> bool:
         if not same_family or address in same_family:
             return False
     return True
+
+
+def _same_address(addresses: Sequence[str], pod: Pod) -> bool:
+    held = {ip for ip in map(_ip, pod.pod_ips) if ip is not None}
+    return any(_ip(a) in held for a in addresses)
 
 
 def _ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:

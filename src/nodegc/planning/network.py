@@ -6,13 +6,14 @@ the pod IPs it carries, and only as far as the evidence goes (everything else st
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from nodegc.model.findings import Finding, FindingClass, Owner
-from nodegc.model.pods import OwnerState
+from nodegc.model.pods import OwnerState, Pod
 from nodegc.model.resources import (
     CNICacheEntry,
     HostportRule,
@@ -27,14 +28,33 @@ from nodegc.planning.owners import Resolution, netns_key, normalize_ip
 from nodegc.planning.phases import hostport_rule_id
 
 
-def correlate_network(ctx: Context) -> None:
+@dataclass(frozen=True)
+class NetworkPass:
+    """What the network domain decided without looking at any namespace: the reservations (and the
+    conflicts of pod status), and the chains and hostport rules, which follow the reservations and the
+    cache entries' owners. A second pass over the same scan with more namespace addresses read takes them."""
+
+    reservations: tuple[Finding, ...]
+    reservations_by_cid: dict[str, list[tuple[IPReservation, Finding]]]
+    rules: tuple[Finding, ...]
+
+
+def correlate_network(ctx: Context, previous: NetworkPass | None = None) -> NetworkPass:
+    """`previous`: the pass of a correlation whose inventory differs from this one's in its namespaces
+    only (`Context.same_but_netns`)."""
     for r in ctx.inv.ip_reservations:
         ctx.network_ips[r.network].add(r.ip)
     ctx.chain_ips.update(_chain_ips(ctx.inv))
-    reserved_ips = {r.ip for r in ctx.inv.ip_reservations}
-    for reservation in ctx.inv.ip_reservations:
-        _reservation(ctx, reservation, reserved_ips)
-    _status_conflicts(ctx, reserved_ips)
+    start = len(ctx.findings)
+    if previous is None:
+        reserved_ips = {r.ip for r in ctx.inv.ip_reservations}
+        for reservation in ctx.inv.ip_reservations:
+            _reservation(ctx, reservation, reserved_ips)
+        _status_conflicts(ctx, reserved_ips)
+    else:
+        ctx.findings.extend(previous.reservations)
+        ctx.reservations_by_cid.update(previous.reservations_by_cid)
+    reservations = tuple(ctx.findings[start:])
     for entry in ctx.inv.cni_cache:
         _cache_entry(ctx, entry)
     ctx.cache_findings = {f.id: f for f in ctx.findings if f.kind is Kind.CNI_CACHE}
@@ -42,10 +62,15 @@ def correlate_network(ctx: Context) -> None:
         _netns(ctx, ns)
     for link in ctx.inv.veths:
         _veth(ctx, link)
-    for chain in ctx.inv.chains:
-        _by_container(ctx, Kind.IPTABLES_CHAIN, chain.name, chain.container_id, chain.network)
-    for rule in ctx.inv.hostport_rules:
-        _by_container(ctx, Kind.HOSTPORT_RULE, _rule_id(rule), rule.container_id, rule.network)
+    start = len(ctx.findings)
+    if previous is None:
+        for chain in ctx.inv.chains:
+            _by_container(ctx, Kind.IPTABLES_CHAIN, chain.name, chain.container_id, chain.network)
+        for rule in ctx.inv.hostport_rules:
+            _by_container(ctx, Kind.HOSTPORT_RULE, _rule_id(rule), rule.container_id, rule.network)
+    else:
+        ctx.findings.extend(previous.rules)
+    return NetworkPass(reservations, dict(ctx.reservations_by_cid), tuple(ctx.findings[start:]))
 
 
 def shared_namespaces(ctx: Context) -> None:
@@ -92,13 +117,15 @@ def stand_or_fall_together(ctx: Context) -> None:
         cls = FindingClass.IN_USE if in_use else FindingClass.PROTECTED
         # In use wins over protected too: the part's own reason to wait is moot when its sandbox is live.
         weaker = {FindingClass.PROTECTED} if in_use else set()
+        changed = [i for i in indexes if ctx.findings[i].cls.is_residue or ctx.findings[i].cls in weaker]
+        if not changed:
+            continue
         note = f"{ref.kind.value} {ref.id} of the same container {short(cid)} is {ref.cls.value}"
-        for i in indexes:
-            if ctx.findings[i].cls.is_residue or ctx.findings[i].cls in weaker:
-                old = ctx.findings[i]
-                ctx.findings[i] = replace(old, cls=cls, owner=ref.owner if in_use else old.owner,
-                                          owner_state=ref.owner_state if in_use else old.owner_state,
-                                          evidence=(*old.evidence, note))
+        for i in changed:
+            old = ctx.findings[i]
+            ctx.findings[i] = replace(old, cls=cls, owner=ref.owner if in_use else old.owner,
+                                      owner_state=ref.owner_state if in_use else old.owner_state,
+                                      evidence=(*old.evidence, note))
 
 
 def _container_mtime(ctx: Context, container_id: str) -> float | None:
@@ -149,7 +176,7 @@ def _reservation(ctx: Context, r: IPReservation, reserved_ips: set[str]) -> None
 def _reservation_with_cache(
     ctx: Context, r: IPReservation, where: str, res: Resolution, evidence: tuple[str, ...]
 ) -> Finding:
-    others = [p for p in ctx.pods.claims.get(r.ip, []) if p.uid != res.owner.uid]
+    others = [p for p in ctx.pods.claims.get(r.ip, []) if not _is_owner(p, res)]
     evidence = evidence + res.evidence
     if others:
         names = ", ".join(f"{p.namespace}/{p.name}" for p in others)
@@ -159,6 +186,14 @@ def _reservation_with_cache(
     if res.state in HOLDING:
         return Finding(FindingClass.IN_USE, Kind.IP_RESERVATION, where, res.owner, res.state, evidence, ip=r.ip)
     return Finding(FindingClass.LEAKED_IP, Kind.IP_RESERVATION, where, res.owner, res.state, evidence, ip=r.ip)
+
+
+def _is_owner(pod: Pod, res: Resolution) -> bool:
+    """The claimant is the entry's owner: the same UID, or the very pod its UID resolved to (a static pod's
+    mirror, whose API UID differs from the config hash the kubelet puts in the cache entry). Only the pod
+    the resolution found counts: another mirror of the same hash is another claimant (a conflict), and a
+    resolved pod that is terminal never claims an address, so this turns no conflict into a reclaim."""
+    return pod.uid == res.owner.uid or (res.pod is not None and pod.uid == res.pod.uid)
 
 
 def _reservation_without_cache(
@@ -486,7 +521,10 @@ def _classify_by_container(
                       OwnerState.UNKNOWN, (*evidence, "no cache entry or IP reservation to tie it to a pod")))
 
 
-_RULE_IP = re.compile(r"(?:^|\s)(?:-s|-d|--to-destination)\s+\[?([0-9a-fA-F.:]+?)\]?(?:/(?:32|128))?(?::\d+)?(?=\s|$)")
+_IP_FLAGS = frozenset({"-s", "-d", "--to-destination"})
+_RULE_IP_ARG = re.compile(r"\[?([0-9a-fA-F.:]+?)\]?(?:/(?:32|128))?(?::\d+)?")
+"""The argument of an address flag that names one host: an address, bracketed or not, with an optional /32 or
+/128 and port."""
 
 
 def _chain_ips(inv: Inventory) -> dict[str, set[str]]:
@@ -497,11 +535,25 @@ def _chain_ips(inv: Inventory) -> dict[str, set[str]]:
     for cid, text in texts:
         if not cid:
             continue
-        for match in _RULE_IP.finditer(text):
+        for ip in rule_ips(text):
+            found[cid].add(ip)
+    return found
+
+
+@functools.lru_cache(maxsize=16384)
+def rule_ips(text: str) -> tuple[str, ...]:
+    """The host addresses a rule's -s, -d and --to-destination flags name (normalized), in order.
+
+    A rule is split on whitespace: a flag is a whole word, and its argument the next word, matched whole.
+    Remembered: the same rules come back scan after scan."""
+    words = text.split()
+    out: list[str] = []
+    for i in range(len(words) - 1):
+        if words[i] in _IP_FLAGS and (match := _RULE_IP_ARG.fullmatch(words[i + 1])) is not None:
             ip = normalize_ip(match.group(1))
             if ip:
-                found[cid].add(ip)
-    return found
+                out.append(ip)
+    return tuple(out)
 
 
 def _rule_id(rule: HostportRule) -> str:

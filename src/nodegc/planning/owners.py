@@ -89,7 +89,16 @@ class PodIndex:
                 index.claims[ip].append(pod)
         return index
 
+    resolved: dict[str, Resolution] = field(default_factory=dict, repr=False, compare=False)
+    """`resolve_uid`'s answers so far: the index does not change once built."""
+
     def resolve_uid(self, uid: str) -> Resolution:
+        found = self.resolved.get(uid)
+        if found is None:
+            found = self.resolved[uid] = self._resolve_uid(uid)
+        return found
+
+    def _resolve_uid(self, uid: str) -> Resolution:
         pod = self.by_uid.get(uid)
         if pod is None:
             return Resolution(Owner(uid=uid), OwnerState.ABSENT, (f"no pod with uid {uid} on this node",), None)

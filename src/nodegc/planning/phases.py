@@ -28,7 +28,7 @@ from nodegc.model.resources import (
     VethLink,
     VolumeDir,
 )
-from nodegc.model.runtime import RuntimeSandbox
+from nodegc.model.runtime import RuntimeLeftover, RuntimeSandbox
 
 INTERRUPTED_STEP_GONE = ("removed by nodegc: its reclaim step was checkpointed and interrupted before the result"
                          " was recorded; the record was written after a restart, which found the resource absent")
@@ -68,7 +68,7 @@ class Transition:
 
 
 Resource = (IPReservation | CNICacheEntry | NetnsEntry | VethLink | IptablesChain | HostportRule | PodDir | VolumeDir
-            | RuntimeSandbox | PodLogDir | FirewallRule)
+            | RuntimeSandbox | PodLogDir | FirewallRule | RuntimeLeftover)
 
 
 def hostport_rule_id(rule: HostportRule) -> str:
@@ -104,6 +104,9 @@ def resources(inv: Inventory) -> dict[str, Resource]:
     if inv.runtime is not None and inv.runtime.reachable:
         for sb in inv.runtime.sandboxes:
             out[item_key(Kind.SANDBOX, sb.id)] = sb
+        for left in inv.runtime.leftovers:
+            if left.what != "netns":
+                out[item_key(Kind.RUNTIME_LEFTOVER, left.path)] = left
     return out
 
 
@@ -132,6 +135,12 @@ def identity_of(resource: Resource) -> Identity:
             # An id the runtime reuses for another sandbox is another creation time.
             created = resource.created_at.isoformat() if resource.created_at else ""
             return (("sandbox_id", resource.id), ("created_at", created), ("pod_uid", resource.pod_uid))
+        case RuntimeLeftover():
+            # A directory is its inode (its mount may be gone after a partial reclaim); a shim is its pid and
+            # its start time, so a reused pid is another process.
+            if resource.what == "shim":
+                return (("shim", resource.id), ("pid", str(resource.pid)), ("start_time", str(resource.start_time)))
+            return ((resource.what, resource.id), ("inode", str(resource.inode)))
         case VolumeDir():
             # Mount ids are recycled lowest-free-first; the filesystem type and source narrow a reuse.
             return (("mount_id", str(resource.mount_id)), ("fs_type", resource.fs_type or ""),

@@ -19,11 +19,12 @@ from __future__ import annotations
 import dataclasses
 from collections import defaultdict
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from nodegc.model.findings import Finding, FindingClass, Owner
 from nodegc.model.pods import OwnerState, Pod
-from nodegc.model.resources import Kind
-from nodegc.model.runtime import RuntimeSandbox, RuntimeView
+from nodegc.model.resources import Inventory, Kind
+from nodegc.model.runtime import RuntimeLeftover, RuntimeSandbox, RuntimeView
 from nodegc.planning.context import HOLDING, Context, short
 from nodegc.planning.owners import normalize_ip
 from nodegc.planning.phases import hostport_rule_id
@@ -69,7 +70,7 @@ def correlate_runtime(ctx: Context) -> None:
     if view is None or not view.reachable:
         return
     # An incomplete list still proves what it shows (a READY sandbox is in use); it proves no absence.
-    _Runtime(ctx, view, complete=runtime_unusable(view, _running_pods(ctx)) is None).run()
+    _Runtime(ctx, view, complete=_unusable(ctx) is None).run()
 
 
 def correlate_pod_logs(ctx: Context) -> None:
@@ -77,7 +78,7 @@ def correlate_pod_logs(ctx: Context) -> None:
     when no pod with that UID is in the API, the kubelet has no `pods/<uid>` left to work on, the runtime
     (when one was read) holds no sandbox of that UID, and it is older than the photographs."""
     view = ctx.inv.runtime
-    unusable = runtime_unusable(view, _running_pods(ctx))
+    unusable = _unusable(ctx)
     pod_dirs = {d.uid for d in ctx.inv.pod_dirs}
     sandbox_uids = {sb.pod_uid for sb in view.sandboxes} if view is not None and view.reachable else set()
     horizon = min(ctx.now, ctx.desired.fetched_at.timestamp()) - ctx.policy.min_age_seconds
@@ -99,6 +100,41 @@ def correlate_pod_logs(ctx: Context) -> None:
             cls, note = FindingClass.PROTECTED, "younger than the photographs allow to judge"
         owner = Owner(uid=log_dir.uid, namespace=log_dir.namespace, name=log_dir.name)
         ctx.add(Finding(cls, Kind.POD_LOG_DIR, log_dir.path, owner, state, (note,)))
+
+
+@dataclass(frozen=True)
+class _Networks:
+    """The CNI network of each record, by the id its finding has (the first record of an id, as a search
+    would find it), and the networks of each container's reservations."""
+
+    cache: dict[str, str]
+    chains: dict[str, str | None]
+    rules: dict[str, str | None]
+    reservations: dict[str, set[str]]
+
+    @classmethod
+    def of(cls, inv: Inventory) -> _Networks:
+        cache: dict[str, str] = {}
+        for e in inv.cni_cache:
+            cache.setdefault(e.path, e.network)
+        chains: dict[str, str | None] = {}
+        for c in inv.chains:
+            chains.setdefault(c.name, c.network)
+        rules: dict[str, str | None] = {}
+        for r in inv.hostport_rules:
+            rules.setdefault(hostport_rule_id(r), r.network)
+        reservations: dict[str, set[str]] = defaultdict(set)
+        for res in inv.ip_reservations:
+            if res.container_id is not None:
+                reservations[res.container_id].add(res.network)
+        return cls(cache, chains, rules, reservations)
+
+
+def _unusable(ctx: Context) -> str | None:
+    """`runtime_unusable` of the context's runtime view and pods, worked out once a correlation."""
+    if ctx.runtime_unusable is None:
+        ctx.runtime_unusable = (runtime_unusable(ctx.inv.runtime, _running_pods(ctx)),)
+    return ctx.runtime_unusable[0]
 
 
 def _base(path: str | None) -> str | None:
@@ -132,6 +168,7 @@ class _Runtime:
         known = set(self.by_id)
         self.cri_networks = {r.network for r in inv.ip_reservations if r.container_id in known}
         self.cri_networks |= {e.network for e in inv.cni_cache if e.container_id in known}
+        self.networks = _Networks.of(inv)
 
     def run(self) -> None:
         revised = [self._revise(f) for f in self.ctx.findings]
@@ -144,15 +181,74 @@ class _Runtime:
             self.ctx.add(found)
         if not self.complete:
             return
+        self._leftovers()
+
+    # -- containerd's own leftovers ---------------------------------------------------------------
+
+    def _leftovers(self) -> None:
+        """What containerd keeps by id and no longer lists. A shim first: while it runs, its sandbox's
+        directories stay (its processes may use them); they are reclaimed once it is gone."""
         known = set(self.by_id) | {c.id for c in self.view.containers}
+        shims = {left.id: left for left in self.view.leftovers if left.what == "shim"}
+        busy = {i: left.busy for left in self.view.leftovers if left.what == "task_dir" and left.busy
+                for i in (left.id, left.sandbox_id) if i}
         for left in self.view.leftovers:
-            if (left.id in self.by_netns) if left.what == "netns" else (left.id in known):
+            if left.what == "netns":
+                if left.id in self.by_netns:
+                    continue
+                state = "mounted" if left.mounted else "not mounted"
+                self.ctx.add(Finding(FindingClass.RUNTIME_LEFTOVER, Kind.RUNTIME_LEFTOVER, left.path, Owner(),
+                                     OwnerState.ABSENT, (f"netns of id {short(left.id)} ({state}): the runtime"
+                                                         " lists no such sandbox or container; reported, not"
+                                                         " reclaimed",)))
                 continue
-            state = "mounted" if left.mounted else f"pid {left.pid}" if left.pid else "not mounted"
-            self.ctx.add(Finding(FindingClass.RUNTIME_LEFTOVER, Kind.RUNTIME_LEFTOVER, left.path,
-                                 Owner(container_id=left.id if left.what != "netns" else None), OwnerState.ABSENT,
-                                 (f"{left.what} of id {short(left.id)} ({state}): the runtime lists no such"
-                                  " sandbox or container; reported, not reclaimed",)))
+            if left.id in known:
+                continue  # the runtime's own: never touched
+            self.ctx.add(self._leftover(left, known, shims, busy))
+
+    def _leftover(self, left: RuntimeLeftover, known: set[str], shims: dict[str, RuntimeLeftover],
+                  busy: dict[str, str]) -> Finding:
+        state = "mounted" if left.mounted else f"pid {left.pid}" if left.pid else "not mounted"
+        why = (f"{left.what} of id {short(left.id) or '?'} ({state}): the runtime ({self._who()}) lists no such"
+               " sandbox or container")
+
+        def finding(cls: FindingClass, note: str) -> Finding:
+            residue = cls in (FindingClass.ORPHANED_RUNTIME_DIR, FindingClass.ORPHANED_SHIM)
+            return Finding(cls, Kind.RUNTIME_LEFTOVER, left.path, Owner(container_id=left.id or None),
+                           OwnerState.ABSENT, (why, note), sandbox=left.id if residue else None)
+
+        young = left.mtime is None or left.mtime > self.horizon
+        starting = self._starting_without_sandbox(left)
+        if left.problem:
+            return finding(FindingClass.RUNTIME_LEFTOVER, f"not reclaimed: {left.problem}")
+        if starting:
+            return finding(FindingClass.PROTECTED, starting)
+        if left.what == "shim":
+            if young:
+                return finding(FindingClass.PROTECTED, "younger than the runtime's and the API's photographs")
+            if not self.ctx.policy.stop_orphan_shims:
+                return finding(FindingClass.RUNTIME_LEFTOVER, "reported; stopped only with --stop-orphan-shims")
+            return finding(FindingClass.ORPHANED_SHIM, "stopped: SIGTERM, then SIGKILL")
+        group = {i for i in (left.id, left.sandbox_id) if i}
+        if left.sandbox_id and left.sandbox_id in known:
+            return finding(FindingClass.RUNTIME_LEFTOVER, f"kept: its sandbox {short(left.sandbox_id)} is the"
+                                                           " runtime's")
+        if left.other_mounts:
+            return finding(FindingClass.RUNTIME_LEFTOVER, f"not touched: mounted below it, not its own"
+                                                           f" {(left.mount_point or '').rsplit('/', 1)[-1]}:"
+                                                           f" {', '.join(left.other_mounts[:3])}")
+        running = [shims[i] for i in sorted(group) if i in shims]
+        if running:
+            return finding(FindingClass.RUNTIME_LEFTOVER, f"kept while its shim (pid {running[0].pid}) runs")
+        held = next((busy[i] for i in sorted(group) if i in busy), None)
+        if held:
+            return finding(FindingClass.RUNTIME_LEFTOVER, f"kept: {held}")
+        if young:
+            return finding(FindingClass.PROTECTED, "younger than the runtime's and the API's photographs")
+        what = "its shm" if left.what == "sandbox_dir" else "its rootfs"
+        return finding(FindingClass.ORPHANED_RUNTIME_DIR,
+                       f"{what} unmounted (if mounted), then the directory removed" if left.mounted else
+                       "the directory removed")
 
     # -- which sandbox an attachment belongs to -----------------------------------------------------
 
@@ -243,21 +339,16 @@ class _Runtime:
 
     def _network_of(self, f: Finding, cid: str) -> str | None:
         """The CNI network the attachment belongs to: its own record's, else its container's other files'."""
-        inv = self.ctx.inv
         if f.kind is Kind.IP_RESERVATION:
             return f.id.split("/", 1)[0]
         if f.kind is Kind.CNI_CACHE:
-            return next((e.network for e in inv.cni_cache if e.path == f.id), None)
-        if f.kind is Kind.IPTABLES_CHAIN:
-            chain = next((c for c in inv.chains if c.name == f.id), None)
-            if chain is not None and chain.network:
-                return chain.network
-        if f.kind is Kind.HOSTPORT_RULE:
-            rule = next((r for r in inv.hostport_rules if hostport_rule_id(r) == f.id), None)
-            if rule is not None and rule.network:
-                return rule.network
+            return self.networks.cache.get(f.id)
+        if f.kind is Kind.IPTABLES_CHAIN and (network := self.networks.chains.get(f.id)):
+            return network
+        if f.kind is Kind.HOSTPORT_RULE and (network := self.networks.rules.get(f.id)):
+            return network
         nets = {e.network for e in self.ctx.cache.by_container.get(cid, [])}
-        nets |= {r.network for r in inv.ip_reservations if r.container_id == cid}
+        nets |= self.networks.reservations.get(cid, set())
         return nets.pop() if len(nets) == 1 else None
 
     def _unknown_to_runtime(self, f: Finding, cid: str, mtime: float | None, ips: tuple[str, ...]) -> Finding:
@@ -313,6 +404,17 @@ class _Runtime:
         if mtime is None or mtime >= min(self.ctx.now, self.ctx.photo) - settle:
             return f"no cache entry yet and younger than {settle:.0f}s: its CNI ADD may still run"
         return None
+
+    def _starting_without_sandbox(self, left: RuntimeLeftover) -> str | None:
+        """RunPodSandbox makes the sandbox's directories and starts its shim before the runtime lists the
+        sandbox (at its very end): while a pod on this node is starting with no sandbox listed, a leftover
+        younger than the ADD settle time may be that sandbox's."""
+        starting = [p for p in self.ctx.pods.unsettled if p.uid not in self.by_pod]
+        settle = max(self.ctx.policy.add_settle_seconds, self.ctx.policy.min_age_seconds)
+        if not starting or (left.mtime is not None and left.mtime < min(self.ctx.now, self.ctx.photo) - settle):
+            return None
+        return (f"pod {starting[0].namespace}/{starting[0].name} is starting and the runtime shows no sandbox for"
+                " it yet: this may be its RunPodSandbox")
 
     def _who(self) -> str:
         return f"{self.view.runtime_name or 'runtime'} {self.view.runtime_version or ''}".strip()

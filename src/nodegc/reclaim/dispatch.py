@@ -11,6 +11,7 @@ import dataclasses
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol
 
 from nodegc.faults import fault_point
@@ -27,7 +28,7 @@ from nodegc.model.resources import (
     VethLink,
     VolumeDir,
 )
-from nodegc.model.runtime import RuntimeSandbox
+from nodegc.model.runtime import RuntimeLeftover, RuntimeSandbox
 from nodegc.observe.logs import get_logger
 from nodegc.planning.phases import Resource
 from nodegc.reclaim.outcomes import Outcome
@@ -85,6 +86,11 @@ def describe(resource: Resource) -> str:
             return f"remove pod log directory {resource.path}"
         case FirewallRule():
             return f"delete firewall rule '{resource.rule}' (while no other container holds {resource.ip})"
+        case RuntimeLeftover() if resource.what == "shim":
+            return f"stop shim {resource.id[:12]} (pid {resource.pid}): SIGTERM, then SIGKILL"
+        case RuntimeLeftover():
+            mount = f"unmount {resource.mount_point}, then " if resource.mounted else ""
+            return f"{mount}remove {resource.what} {resource.path}"
         case RuntimeSandbox():
             return (f"ask the runtime to stop, then remove sandbox {resource.id[:12]} of"
                     f" {resource.pod_namespace}/{resource.pod_name} (CRI StopPodSandbox, RemovePodSandbox)")
@@ -99,6 +105,8 @@ class HostExecutor:
     runtime_endpoint: str | None = None
     """CRI endpoint for sandboxes (StopPodSandbox, RemovePodSandbox); None: sandboxes are not touched."""
     runtime_timeout: float = 60.0
+    runtime_state_dir: Path | None = None
+    """containerd's state directory: its leftover directories are removed only inside it."""
     direct_teardown: bool = True
     """CNI attachments whose plugins nodegc knows completely are torn down without running them
     (`reclaim.teardown`); False runs CNI DEL for every attachment."""
@@ -126,9 +134,6 @@ class _HostRun:
         """Sandboxes reclaimed without a successful DEL (it kept failing)."""
         self.torn_down: set[str] = set()
         """Sandboxes whose DEL nodegc did itself (`reclaim.teardown`)."""
-        self.busy_networks: set[str] = set()
-        """host-local directories whose lock stayed busy once this batch: the rest of theirs fails at once
-        (retried with backoff) instead of waiting out the lock timeout one reservation at a time."""
 
     def report(self, item: Item, outcome: Outcome) -> None:
         if item.container_id:
@@ -142,7 +147,7 @@ class _HostRun:
         return False
 
     def run(self, batch: Batch) -> None:
-        rules_done = veths_done = dels_done = firewall_done = False
+        rules_done = veths_done = dels_done = firewall_done = ips_done = False
         for item, resource in batch:
             if isinstance(resource, IptablesChain | HostportRule):
                 if not rules_done:
@@ -159,6 +164,11 @@ class _HostRun:
                 if not dels_done:
                     dels_done = True
                     self.cni_dels([(i, r) for i, r in batch if isinstance(r, CNICacheEntry)])
+                continue
+            if isinstance(resource, IPReservation):
+                if not ips_done:
+                    ips_done = True
+                    self.ips([(i, r) for i, r in batch if isinstance(r, IPReservation) and not self.held(i)])
                 continue
             if isinstance(resource, VethLink):
                 if not veths_done:
@@ -246,18 +256,15 @@ class _HostRun:
 
     def reclaim(self, resource: Resource) -> Outcome:
         from nodegc.reclaim.filesystem import remove_pod_dir
-        from nodegc.reclaim.network import delete_veth, release_ip, remove_netns
+        from nodegc.reclaim.network import delete_veth, remove_netns
         from nodegc.reclaim.unmounting import unmount_volume
 
         roots = self.x.roots
         match resource:
             case IPReservation():
-                if resource.network in self.busy_networks:
-                    return Outcome.failed(f"host-local lock of {resource.network} was busy earlier in this batch")
-                outcome = release_ip(resource, roots=roots)
-                if not outcome.ok and outcome.detail.startswith(f"host-local lock of {resource.network} busy"):
-                    self.busy_networks.add(resource.network)
-                return outcome
+                from nodegc.reclaim.ipam import release_ip
+
+                return release_ip(resource, roots=roots)
             case VethLink():
                 return delete_veth(resource, net_ns=roots.net_ns)
             case NetnsEntry():
@@ -274,6 +281,17 @@ class _HostRun:
                     return Outcome.failed(f"refused: {resource.path} is not directly in {roots.pod_log_dir}")
                 return remove_dir_in(roots.pod_log_dir, os.path.basename(resource.path), inode=resource.inode,
                                      proc_root=roots.proc_root)
+            case RuntimeLeftover():
+                from nodegc.reclaim.runtime_leftovers import remove_runtime_dir, stop_shim
+
+                if resource.what == "shim":
+                    return stop_shim(resource, endpoint=self.x.runtime_endpoint, timeout=self.x.runtime_timeout,
+                                     proc_root=roots.proc_root)
+                if resource.what in ("sandbox_dir", "task_dir"):
+                    return remove_runtime_dir(resource, state_dir=self.x.runtime_state_dir,
+                                              endpoint=self.x.runtime_endpoint, timeout=self.x.runtime_timeout,
+                                              unmount_timeout=self.x.unmount_timeout, proc_root=roots.proc_root)
+                return Outcome.failed(f"refused: a {resource.what} leftover is not reclaimed")
             case RuntimeSandbox():
                 from nodegc.reclaim.sandboxes import remove_sandbox
 
@@ -292,6 +310,20 @@ class _HostRun:
         outcomes = _guarded("firewall rules", len(items), lambda: remove_firewall_rules(
             rules, roots=self.x.roots, timeout=self.x.timeout, backend=self.x.iptables_backend))
         fault_point("after_clean:firewall_rule")
+        for (item, _), outcome in zip(items, outcomes, strict=True):
+            self.report(item, outcome)
+
+    def ips(self, items: Sequence[tuple[Item, Resource]]) -> None:
+        """All reservations of one cycle: host-local's lock of each network taken once for all of its
+        reservations (a busy lock costs one timeout per network), each compared before its removal."""
+        from nodegc.reclaim.ipam import release_ips
+
+        if not items:
+            return
+        fault_point("before_clean:ip_reservation")
+        outcomes = _guarded("IP reservations", len(items), lambda: release_ips(
+            [r for _, r in items if isinstance(r, IPReservation)], roots=self.x.roots))
+        fault_point("after_clean:ip_reservation")
         for (item, _), outcome in zip(items, outcomes, strict=True):
             self.report(item, outcome)
 

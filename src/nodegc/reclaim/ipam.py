@@ -12,6 +12,7 @@ import fcntl
 import os
 import stat
 import time
+from collections.abc import Sequence
 
 from nodegc.hostio.cni_files import IPAM_LOCK_NAME, MAX_RESERVATION_BYTES, parse_reservation
 from nodegc.model.resources import IPReservation
@@ -24,26 +25,48 @@ _POLL = 0.02
 
 def release_ip(res: IPReservation, *, roots: Roots, lock_timeout: float = 10.0) -> Outcome:
     """Remove the file only while it still names the same container (and is the same inode)."""
-    net_dir = os.path.join(os.fsdecode(roots.cni_data_dir), "networks", res.network)
-    odd = "/" in res.network or "/" in res.ip or res.ip in (".", "..", LOCK_NAME)
-    if odd or os.path.normpath(res.path) != os.path.join(net_dir, res.ip):
-        return Outcome.failed(f"{res.path} is not {res.ip} in network {res.network} under the data dir")
+    return release_ips([res], roots=roots, lock_timeout=lock_timeout)[0]
+
+
+def release_ips(reservations: Sequence[IPReservation], *, roots: Roots, lock_timeout: float = 10.0) -> list[Outcome]:
+    """`release_ip` for a batch, one outcome per reservation in order: host-local's lock of each network
+    directory is taken once for all of that network's reservations (a lock and a directory open per
+    network, not per address), and a lock that stays busy costs one timeout for the whole network."""
+    out: list[Outcome | None] = [None] * len(reservations)
+    by_dir: dict[str, list[int]] = {}
+    data = os.path.join(os.fsdecode(roots.cni_data_dir), "networks")
+    for i, res in enumerate(reservations):
+        net_dir = os.path.join(data, res.network)
+        odd = "/" in res.network or res.network in (".", "..") or "/" in res.ip or res.ip in (".", "..", LOCK_NAME)
+        if odd or os.path.normpath(res.path) != os.path.join(net_dir, res.ip):
+            out[i] = Outcome.failed(f"{res.path} is not {res.ip} in network {res.network} under the data dir")
+            continue
+        by_dir.setdefault(net_dir, []).append(i)
+    for net_dir, indexes in by_dir.items():
+        group = [reservations[i] for i in indexes]
+        for i, outcome in zip(indexes, _release_in(net_dir, group, lock_timeout=lock_timeout), strict=True):
+            out[i] = outcome
+    return [o if o is not None else Outcome.failed("no outcome") for o in out]
+
+
+def _release_in(net_dir: str, group: Sequence[IPReservation], *, lock_timeout: float) -> list[Outcome]:
+    network = group[0].network
     try:
         dir_fd = os.open(net_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except FileNotFoundError:
-        return Outcome.gone("network directory already removed")
+        return [Outcome.gone("network directory already removed")] * len(group)
     except OSError as e:
-        return Outcome.failed(f"cannot open {net_dir}: {e.strerror or e}")
+        return [Outcome.failed(f"cannot open {net_dir}: {e.strerror or e}")] * len(group)
     try:
         lock_fd = _lock(dir_fd, timeout=lock_timeout)
         if lock_fd is None:
-            return Outcome.failed(f"host-local lock of {res.network} busy for {lock_timeout}s")
+            return [Outcome.failed(f"host-local lock of {network} busy for {lock_timeout}s")] * len(group)
         try:
-            return _compare_and_remove(res, dir_fd)
+            return [_compare_and_remove(res, dir_fd) for res in group]
         finally:
             os.close(lock_fd)  # closing drops the flock
     except OSError as e:
-        return Outcome.failed(f"cannot lock {net_dir}/{LOCK_NAME}: {e.strerror or e}")
+        return [Outcome.failed(f"cannot lock {net_dir}/{LOCK_NAME}: {e.strerror or e}")] * len(group)
     finally:
         os.close(dir_fd)
 

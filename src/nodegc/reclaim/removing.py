@@ -212,6 +212,16 @@ def remove_dir_in(
         os.close(parent_fd)
 
 
+def remove_dir_at(parent_fd: int, name: str, *, inode: int, path: str, proc_root: Path = Path("/proc"),
+                  timeout: float = 60.0) -> Outcome:
+    """The same walk for `name` inside an already opened (and checked) parent directory."""
+    if not name or "/" in name or name in (".", ".."):
+        return Outcome.failed(f"refused: {name!r} is not a plain directory name")
+    stand_in = PodDir(uid=name, path=path, inode=inode, mtime=0.0)
+    return _remove_below(parent_fd, stand_in, path=path, proc_root=proc_root, deadline=time.monotonic() + timeout,
+                         max_entries=MAX_ENTRIES, max_depth=MAX_DEPTH)
+
+
 def _remove_below(pods_fd: int, pod_dir: PodDir, *, path: str, proc_root: Path, deadline: float,
                   max_entries: int, max_depth: int) -> Outcome:
     name = os.fsencode(pod_dir.uid)

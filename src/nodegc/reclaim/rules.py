@@ -195,7 +195,7 @@ def _batch(units: Sequence[_Unit]) -> str:
     lines: list[str] = []
     for table in dict.fromkeys(u.table for u in units):
         mine = [u for u in units if u.table == table]
-        names = [u.chain for u in mine if u.chain is not None]
+        names = list(dict.fromkeys(u.chain for u in mine if u.chain is not None))
         lines.append(f"*{table}")
         lines += list(dict.fromkeys(d for u in mine for d in u.deletes))
         lines += [f"-F {n}" for n in names]
@@ -289,10 +289,11 @@ def remove_targets(
     outcomes: dict[str, list[Outcome]] = {}
     units: list[list[_Unit]] = [[] for _ in families]
     index: list[dict[tuple[str, str], _Unit]] | None = None
+    chain_units: list[dict[tuple[str, str], _Unit]] = [{} for _ in families]
     for t in sorted(targets, key=lambda t: t.chain is None):  # chains first: their jumps go with them
         if t.chain is None and index is None:
             index = _index(units)
-        found = _target_units(t, dumps, units, index)
+        found = _target_units(t, dumps, units, index, chain_units)
         if isinstance(found, Outcome):
             outcomes.setdefault(t.key, []).append(found)
         elif not found:
@@ -322,8 +323,12 @@ def remove_targets(
 
 
 def _target_units(t: RuleTarget, dumps: list[_Dump | None], units: list[list[_Unit]],
-                  index: list[dict[tuple[str, str], _Unit]] | None) -> Outcome | bool:
-    """Adds the units that remove `t`; True when any was added, an Outcome when `t` must be left."""
+                  index: list[dict[tuple[str, str], _Unit]] | None,
+                  chain_units: list[dict[tuple[str, str], _Unit]]) -> Outcome | bool:
+    """Adds the units that remove `t`; True when any was added, an Outcome when `t` must be left.
+
+    A chain two targets name (two attachments of one container on one network share its masquerade and
+    portmap chains) is removed once, for both: deleting it twice in one transaction fails the transaction."""
     added = False
     if t.chain is not None:
         for i, d in enumerate(dumps):
@@ -334,8 +339,13 @@ def _target_units(t: RuleTarget, dumps: list[_Dump | None], units: list[list[_Un
                 claimed = (fresh.network, fresh.container_id)
                 if fresh.container_id is not None and claimed != t.owner:
                     return Outcome.changed(f"chain {name} belongs to {claimed[0]!r}/{claimed[1]!r}")
-                units[i].append(_Unit(table=table, keys=[t.key], deletes=[_as_delete(j) for j in fresh.jumps],
-                                      chain=name))
+                same = chain_units[i].get((table, name))
+                if same is not None:
+                    same.keys.append(t.key)
+                else:
+                    unit = _Unit(table=table, keys=[t.key], deletes=[_as_delete(j) for j in fresh.jumps], chain=name)
+                    units[i].append(unit)
+                    chain_units[i][(table, name)] = unit
                 added = True
         return added
     d = dumps[t.family]

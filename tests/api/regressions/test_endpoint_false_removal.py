@@ -1,5 +1,6 @@
 """The controller never removes an endpoint of a live pod: secondary-network addresses of other
-managers, hostNetwork pods, and sticky IPs of a recreated pod."""
+managers and hostNetwork pods (a recreated pod with the same address is another pod: see
+tests/adversarial/found4/test_endpoint_reused_name.py)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -56,13 +57,3 @@ def test_host_network_pod_on_another_node_address_is_kept(api: FakeKubeAPI, kube
     assert report is not None
     assert slice_addresses(api, "api-manual") == ["10.1.0.11"]
 
-
-def test_recreated_pod_that_holds_the_same_address_keeps_its_endpoint(api: FakeKubeAPI, kubeconfig: Path) -> None:
-    # StatefulSet pod recreated under the same name with a sticky IP (Calico/Kube-OVN fixed IPs);
-    # the endpoint still routes to a live pod, only its targetRef.uid is old.
-    api.add("services", service())
-    api.add_pod(pod("db-0", "10.0.0.9", uid="uid-new"))
-    api.add("endpointslices", endpointslice("db-manual", endpoint("10.0.0.9", "db-0", uid="uid-old")))
-    report = run_pass(kubeconfig)
-    assert report is not None
-    assert slice_addresses(api, "db-manual") == ["10.0.0.9"]

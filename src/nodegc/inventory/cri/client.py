@@ -3,6 +3,9 @@
 Every call has a deadline. Failures split in two: the runtime could not be asked (no socket, refused,
 deadline, UNAVAILABLE) is `RuntimeUnavailable`, which callers treat as "the runtime's word is missing";
 any other status is `RuntimeCallError`. NOT_FOUND on a status, stop or remove is an answer, not a failure.
+
+grpc is imported when the first client is made, not with this module: the endpoint helpers and the
+error types are all a node without a runtime socket needs, and grpc alone is about 13 MiB of memory.
 """
 
 from __future__ import annotations
@@ -11,9 +14,7 @@ import os
 import stat
 from pathlib import Path
 from types import TracebackType
-from typing import Any
-
-import grpc
+from typing import TYPE_CHECKING, Any
 
 from nodegc.inventory.cri.messages import SERVICE, message, message_class
 
@@ -21,6 +22,9 @@ DEFAULT_ENDPOINT = "unix:///run/containerd/containerd.sock"
 CRIO_ENDPOINT = "unix:///var/run/crio/crio.sock"
 DEFAULT_TIMEOUT = 10.0
 _MAX_MESSAGE = 16 * 1024 * 1024  # what the kubelet allows
+
+if TYPE_CHECKING:
+    import grpc
 
 
 class CRIError(Exception):
@@ -63,7 +67,8 @@ def socket_exists(endpoint: str) -> bool:
         return False
 
 
-_UNAVAILABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED}
+_UNAVAILABLE = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED", "CANCELLED"})
+"""grpc status code names that mean the runtime could not be asked."""
 
 
 class RuntimeClient:
@@ -73,6 +78,9 @@ class RuntimeClient:
         self.endpoint = endpoint
         self.timeout = timeout
         self._target = f"unix://{socket_path(endpoint)}"
+        import grpc
+
+        self._grpc = grpc
         self._channel = grpc.insecure_channel(
             self._target,
             options=[
@@ -103,12 +111,13 @@ class RuntimeClient:
         )
         try:
             return rpc(request, timeout=self.timeout if timeout is None else timeout)
-        except grpc.RpcError as e:
-            code: grpc.StatusCode | None = e.code() if isinstance(e, grpc.Call) else None
-            details = (e.details() if isinstance(e, grpc.Call) else None) or str(e)
+        except self._grpc.RpcError as e:
+            call = isinstance(e, self._grpc.Call)
+            code: grpc.StatusCode | None = e.code() if call else None
+            details = (e.details() if call else None) or str(e)
             name = code.name if code is not None else None
             text = f"{method} on {self.endpoint}: {name or 'error'}: {details[:200]}"
-            if code in _UNAVAILABLE or code is None:
+            if name is None or name in _UNAVAILABLE:
                 raise RuntimeUnavailable(text, code=name) from e
             raise RuntimeCallError(text, code=name) from e
 

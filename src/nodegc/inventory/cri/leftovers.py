@@ -3,51 +3,70 @@
 `<state>/io.containerd.runtime.v2.task/<namespace>/<id>` (with the rootfs mount), netns files under
 `<state>/io.containerd.grpc.v1.cri/netns/`, and `containerd-shim-runc-v2 ... -id <id>` processes.
 
-Planning compares the ids with what the runtime lists; symlinks are not followed and nothing is opened
-but directories and /proc/<pid>/cmdline.
+Planning compares the ids with what the runtime lists. Symlinks are not followed: a directory on the way
+that resolves outside the state dir, a symlink or an odd name is listed with the reason it cannot be
+reclaimed. Nothing is opened but directories, a task's `init.pid` and `config.json` (regular files, bounded)
+and /proc/<pid>/{cmdline,stat,cgroup}.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import stat
 from collections.abc import Iterable
 from pathlib import Path
 
+from nodegc.hostio.mountinfo import MountIndex, top_of
 from nodegc.model.resources import Mount
 from nodegc.model.runtime import RuntimeLeftover
 
 _ID = re.compile(r"[0-9a-f]{64}")
-_CRI = "io.containerd.grpc.v1.cri"
-_TASKS = "io.containerd.runtime.v2.task"
+CRI_DIR = "io.containerd.grpc.v1.cri"
+TASKS_DIR = "io.containerd.runtime.v2.task"
 _SHIM = "containerd-shim-runc-v2"
 _MAX_CMDLINE = 8192
+_MAX_CONFIG = 1 << 20
+_SANDBOX_ANNOTATION = "io.kubernetes.cri.sandbox-id"
+_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 
 
-def _dirs(path: str) -> list[os.DirEntry[str]]:
+def is_container_id(name: str) -> bool:
+    return _ID.fullmatch(name) is not None
+
+
+def _show(name: str) -> str:
+    return os.fsencode(name).decode("utf-8", "backslashreplace")
+
+
+def _entries(path: str) -> list[os.DirEntry[str]]:
     try:
         with os.scandir(path) as it:
-            return [e for e in it if e.is_dir(follow_symlinks=False)]
+            return list(it)
     except OSError:
         return []
 
 
+def expected_mount(what: str, path: str) -> str:
+    """The one mount a sandbox dir (`shm`) or a task bundle (`rootfs`) holds, exactly there."""
+    return os.path.join(path, "shm" if what == "sandbox_dir" else "rootfs")
+
+
 def scan_leftovers(state_dir: Path, *, mounts: Iterable[Mount], proc_root: Path = Path("/proc"),
                    socket: str | None = None) -> tuple[RuntimeLeftover, ...]:
-    base = os.fsdecode(state_dir)
-    points = {m.mount_point for m in mounts}
+    base = os.path.realpath(os.fsdecode(state_dir))
+    index = MountIndex.build(tuple(mounts))
+    points = {m.mount_point for m in index.mounts}
     out: list[RuntimeLeftover] = []
-    sandboxes = os.path.join(base, _CRI, "sandboxes")
-    for e in _dirs(sandboxes):
-        if _ID.fullmatch(e.name):
-            shm = os.path.join(e.path, "shm")
-            out.append(RuntimeLeftover("sandbox_dir", e.name, e.path, mounted=shm in points))
-    for ns_dir in _dirs(os.path.join(base, _TASKS)):
-        for e in _dirs(ns_dir.path):
-            if _ID.fullmatch(e.name):
-                rootfs = os.path.join(e.path, "rootfs")
-                out.append(RuntimeLeftover("task_dir", e.name, e.path, mounted=rootfs in points))
-    netns_dir = os.path.join(base, _CRI, "netns")
+    sandboxes = os.path.join(base, CRI_DIR, "sandboxes")
+    out += _id_dirs("sandbox_dir", sandboxes, index, proc_root)
+    tasks = os.path.join(base, TASKS_DIR)
+    if _inside(tasks, base):
+        for ns_dir in _entries(tasks):
+            if ns_dir.is_dir(follow_symlinks=False):
+                out += _id_dirs("task_dir", ns_dir.path, index, proc_root)
+    netns_dir = os.path.join(base, CRI_DIR, "netns")
     try:
         with os.scandir(netns_dir) as it:
             for e in it:
@@ -59,23 +78,160 @@ def scan_leftovers(state_dir: Path, *, mounts: Iterable[Mount], proc_root: Path 
     return tuple(out)
 
 
+def _inside(path: str, base: str) -> bool:
+    """`path` (a directory under the resolved state dir) resolves to itself: no symlink on the way."""
+    return os.path.realpath(path) == path and path.startswith(base + "/")
+
+
+def _id_dirs(what: str, parent: str, index: MountIndex, proc_root: Path) -> list[RuntimeLeftover]:
+    if not os.path.lexists(parent):
+        return []
+    if not _inside(parent, os.path.dirname(parent)) or os.path.islink(parent):
+        return [RuntimeLeftover(what, "", parent, problem=f"{_show(parent)} resolves to"
+                                f" {_show(os.path.realpath(parent))}: outside the state dir, not read")]
+    found: list[RuntimeLeftover] = []
+    for e in _entries(parent):
+        name_ok = is_container_id(e.name)
+        if e.is_symlink():
+            found.append(RuntimeLeftover(what, e.name if name_ok else "", e.path,
+                                         problem="a symlink: not followed, not touched"))
+            continue
+        if not e.is_dir(follow_symlinks=False):
+            continue
+        if not name_ok:
+            found.append(RuntimeLeftover(what, "", e.path, problem=f"{_show(e.name)!r} is not a container id"))
+            continue
+        found.append(_id_dir(what, e, index, proc_root))
+    return found
+
+
+def _id_dir(what: str, e: os.DirEntry[str], index: MountIndex, proc_root: Path) -> RuntimeLeftover:
+    try:
+        st = e.stat(follow_symlinks=False)
+    except OSError as err:
+        return RuntimeLeftover(what, e.name, e.path, problem=f"cannot stat: {err.strerror}")
+    point = expected_mount(what, e.path)
+    below = index.below(e.path)
+    at_point = [m for m in below if m.mount_point == point]
+    others = sorted({m.mount_point for m in below if m.mount_point != point})
+    if len(at_point) > 1:
+        others.append(f"{point} ({len(at_point)} mounts stacked)")
+    top = top_of(at_point) if at_point else None
+    sandbox_id, busy = (None, None)
+    if what == "task_dir":
+        sandbox_id, busy = _task(e.path, proc_root)
+    return RuntimeLeftover(what, e.name, e.path, mounted=top is not None, inode=st.st_ino, mtime=st.st_mtime,
+                           mount_id=top.mount_id if top else None, mount_point=point, other_mounts=tuple(others),
+                           sandbox_id=sandbox_id, busy=busy)
+
+
+def _read_small(path: str, limit: int) -> bytes | None:
+    """A regular file's bytes (never a symlink, FIFO or device), at most `limit`; None otherwise."""
+    try:
+        fd = os.open(path, _FILE_FLAGS)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
+            return None
+        return os.read(fd, limit + 1)[:limit]
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _task(path: str, proc_root: Path) -> tuple[str | None, str | None]:
+    """(its sandbox id, why it may be in use) from the bundle's config.json and init.pid."""
+    sandbox_id: str | None = None
+    cgroup: str | None = None
+    raw = _read_small(os.path.join(path, "config.json"), _MAX_CONFIG)
+    if raw is not None:
+        try:
+            spec = json.loads(raw)
+        except ValueError:
+            spec = None
+        if isinstance(spec, dict):
+            annotations = spec.get("annotations")
+            if isinstance(annotations, dict) and isinstance(annotations.get(_SANDBOX_ANNOTATION), str):
+                found = annotations[_SANDBOX_ANNOTATION]
+                sandbox_id = found if is_container_id(found) else None
+            linux = spec.get("linux")
+            if isinstance(linux, dict) and isinstance(linux.get("cgroupsPath"), str):
+                cgroup = linux["cgroupsPath"]
+    pid_text = _read_small(os.path.join(path, "init.pid"), 32)
+    if pid_text is None or not pid_text.strip().isdigit():
+        return sandbox_id, None
+    pid = int(pid_text.strip())
+    if not os.path.exists(f"{proc_root}/{pid}"):
+        return sandbox_id, None
+    if cgroup and ":" not in cgroup:
+        # A reused pid is another process: the init process lives in the task's cgroup.
+        try:
+            mine = (proc_root / str(pid) / "cgroup").read_text()
+        except OSError:
+            mine = None
+        if mine is not None and cgroup not in mine:
+            return sandbox_id, None
+    return sandbox_id, f"its init process (pid {pid}) is alive"
+
+
+def boot_time(proc_root: Path) -> float | None:
+    try:
+        for line in (proc_root / "stat").read_text().splitlines():
+            if line.startswith("btime "):
+                return float(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def start_ticks(proc_root: Path, pid: int) -> int | None:
+    """Field 22 of /proc/<pid>/stat: when the process started, in clock ticks since boot."""
+    try:
+        raw = (proc_root / str(pid) / "stat").read_bytes()
+        return int(raw[raw.rindex(b")") + 2:].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def shim_args(proc_root: Path, pid: int) -> tuple[str | None, str | None, bool] | None:
+    """(-id, -address, whether it runs the `delete` action) of a containerd-shim-runc-v2 process; None when
+    the pid is no such shim."""
+    try:
+        with open(proc_root / str(pid) / "cmdline", "rb") as f:
+            argv = f.read(_MAX_CMDLINE).split(b"\0")
+    except OSError:
+        return None
+    if not argv or not argv[0].endswith(_SHIM.encode()):
+        return None
+    args = [a.decode("utf-8", "replace") for a in argv]
+    sid = args[args.index("-id") + 1] if "-id" in args[:-1] else None
+    address = args[args.index("-address") + 1] if "-address" in args[:-1] else None
+    return sid, address, "delete" in args[1:]
+
+
 def _shims(proc_root: Path, socket: str | None) -> list[RuntimeLeftover]:
     found: list[RuntimeLeftover] = []
     try:
         entries = [e for e in os.scandir(proc_root) if e.name.isdigit()]
     except OSError:
         return found
+    btime = boot_time(proc_root)
+    ticks = os.sysconf("SC_CLK_TCK")
     for e in entries:
-        try:
-            with open(os.path.join(e.path, "cmdline"), "rb") as f:
-                argv = f.read(_MAX_CMDLINE).split(b"\0")
-        except OSError:
+        pid = int(e.name)
+        args = shim_args(proc_root, pid)
+        if args is None:
             continue
-        if not argv or not argv[0].endswith(_SHIM.encode()):
-            continue
-        args = [a.decode("utf-8", "replace") for a in argv]
-        sid = args[args.index("-id") + 1] if "-id" in args[:-1] else None
-        address = args[args.index("-address") + 1] if "-address" in args[:-1] else None
-        if sid and _ID.fullmatch(sid) and (socket is None or address == socket):
-            found.append(RuntimeLeftover("shim", sid, f"{proc_root}/{e.name}", pid=int(e.name)))
+        sid, address, _ = args
+        if sid and is_container_id(sid) and (socket is None or address == socket):
+            start = start_ticks(proc_root, pid)
+            started = btime + start / ticks if btime is not None and start is not None else None
+            # `... -bundle <dir> delete` is containerd cleaning up after a shim that exited: it uses the
+            # bundle too, and is never signalled.
+            cleanup = "containerd's cleanup of an exited shim (`delete`)" if args[2] else None
+            found.append(RuntimeLeftover("shim", sid, f"{proc_root}/{e.name}", pid=pid, start_time=start,
+                                         mtime=started, address=address, problem=cleanup))
     return found

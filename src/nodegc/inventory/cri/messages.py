@@ -4,13 +4,18 @@ Only the fields nodegc uses are declared: protobuf skips unknown fields on the w
 sends more (containers' statuses, stats, newer fields) is read without them. Field numbers and types are
 those of the CRI spec (k8s.io/cri-api, pkg/apis/runtime/v1/api.proto); enums are declared as int32,
 which has the same wire encoding. The sandbox helpers (tests, demo) use the few write messages at the end.
+
+The classes are built on the first `message` or `message_class` call, not at import: protobuf (with
+grpc, about 16 MiB of the agent's memory) is loaded only on a node whose runtime nodegc actually asks.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import threading
+from typing import TYPE_CHECKING, Any
 
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+if TYPE_CHECKING:
+    from google.protobuf import descriptor_pb2
 
 PACKAGE = "runtime.v1"
 SERVICE = f"/{PACKAGE}.RuntimeService"
@@ -102,38 +107,39 @@ _MESSAGES: dict[str, _Fields] = {
     "StartContainerResponse": (),
 }
 
-_FDP = descriptor_pb2.FieldDescriptorProto
-_SCALARS = {
-    "string": _FDP.TYPE_STRING, "bool": _FDP.TYPE_BOOL, "int32": _FDP.TYPE_INT32, "int64": _FDP.TYPE_INT64,
-    "uint32": _FDP.TYPE_UINT32,
-}
 
-
-def _map_entry(msg: descriptor_pb2.DescriptorProto, field_name: str) -> str:
+def _map_entry(msg: descriptor_pb2.DescriptorProto, field_name: str, fdp: Any) -> str:
     entry = msg.nested_type.add()
     entry.name = "".join(part.capitalize() for part in field_name.split("_")) + "Entry"
     entry.options.map_entry = True
     for name, number in (("key", 1), ("value", 2)):
         f = entry.field.add()
-        f.name, f.number, f.type, f.label = name, number, _FDP.TYPE_STRING, _FDP.LABEL_OPTIONAL
+        f.name, f.number, f.type, f.label = name, number, fdp.TYPE_STRING, fdp.LABEL_OPTIONAL
     return f".{PACKAGE}.{msg.name}.{entry.name}"
 
 
 def _build() -> dict[str, Any]:
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+    fdp = descriptor_pb2.FieldDescriptorProto
+    scalars = {
+        "string": fdp.TYPE_STRING, "bool": fdp.TYPE_BOOL, "int32": fdp.TYPE_INT32, "int64": fdp.TYPE_INT64,
+        "uint32": fdp.TYPE_UINT32,
+    }
     file_proto = descriptor_pb2.FileDescriptorProto(name="nodegc/cri.proto", package=PACKAGE, syntax="proto3")
     for msg_name, fields in _MESSAGES.items():
         msg = file_proto.message_type.add(name=msg_name)
         for name, number, type_ in fields:
             f = msg.field.add(name=name, number=number)
             repeated = type_.startswith("*") or type_ == "map"
-            f.label = _FDP.LABEL_REPEATED if repeated else _FDP.LABEL_OPTIONAL
+            f.label = fdp.LABEL_REPEATED if repeated else fdp.LABEL_OPTIONAL
             base = type_.lstrip("*")
             if base == "map":
-                f.type, f.type_name = _FDP.TYPE_MESSAGE, _map_entry(msg, name)
-            elif base in _SCALARS:
-                f.type = _SCALARS[base]
+                f.type, f.type_name = fdp.TYPE_MESSAGE, _map_entry(msg, name, fdp)
+            elif base in scalars:
+                f.type = scalars[base]
             else:
-                f.type, f.type_name = _FDP.TYPE_MESSAGE, f".{PACKAGE}.{base}"
+                f.type, f.type_name = fdp.TYPE_MESSAGE, f".{PACKAGE}.{base}"
     pool = descriptor_pool.DescriptorPool()
     pool.Add(file_proto)
     return {
@@ -142,13 +148,25 @@ def _build() -> dict[str, Any]:
     }
 
 
-_CLASSES = _build()
+_CLASSES: dict[str, Any] | None = None
+_build_lock = threading.Lock()
+
+
+def _classes() -> dict[str, Any]:
+    global _CLASSES  # noqa: PLW0603 - built once, on first use
+    classes = _CLASSES
+    if classes is None:
+        with _build_lock:  # the scan's thread and the engine's may ask at once: one pool, one set of classes
+            if _CLASSES is None:
+                _CLASSES = _build()
+            classes = _CLASSES
+    return classes
 
 
 def message(type_name: str, /, **fields: Any) -> Any:
     """A new CRI message of type `type_name` (a key of the table above), fields set from keyword arguments."""
-    return _CLASSES[type_name](**fields)
+    return _classes()[type_name](**fields)
 
 
 def message_class(name: str) -> Any:
-    return _CLASSES[name]
+    return _classes()[name]

@@ -1,0 +1,209 @@
+"""Reclaiming containerd's leftovers: a sandbox state directory or task bundle whose id the runtime no
+longer lists (its shm or rootfs mount unmounted, then the tree removed), and, on opt-in, a shim process of
+such an id (SIGTERM, a bounded wait, SIGKILL).
+
+Each step first asks the runtime again (a fresh ListPodSandbox and ListContainers must not show the id)
+and re-reads the host: the directory must be exactly `<state>/io.containerd.grpc.v1.cri/sandboxes/<id>` or
+`<state>/io.containerd.runtime.v2.task/<namespace>/<id>` of the resolved state dir, reached with
+O_NOFOLLOW from the state dir down, still the verified inode, and hold no mount but its own shm/rootfs
+(still the verified mount id). The unmount is `reclaim.unmounting`'s: a child process with a timeout that
+unmounts only the mount whose id it verified through its own descriptor, and detaches it lazily when it is
+busy or hangs (what holds it then keeps its reference; nothing below it exists, so nothing else is taken
+along). The tree goes with `reclaim.removing`'s walk: never a symlink followed, never a mount crossed.
+
+A shim is pinned with a pidfd before its identity is read (same pid, same start time in /proc/<pid>/stat,
+the same `-id` and `-address` on its command line), and every signal goes through that pidfd: a pid reused
+by another process is never signalled.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import select
+import signal
+import time
+from pathlib import Path
+
+from nodegc.hostio.mountinfo import mounts_below, read_mounts
+from nodegc.inventory.cri.client import CRIError, RuntimeClient
+from nodegc.inventory.cri.leftovers import (
+    CRI_DIR,
+    TASKS_DIR,
+    expected_mount,
+    is_container_id,
+    shim_args,
+    start_ticks,
+)
+from nodegc.model.resources import VolumeDir
+from nodegc.model.runtime import RuntimeLeftover
+from nodegc.reclaim.outcomes import Outcome
+from nodegc.reclaim.removing import remove_dir_at
+from nodegc.reclaim.unmounting import unmount_volume
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+TERM_WAIT = 10.0
+"""Seconds a shim gets to exit after SIGTERM before SIGKILL."""
+_KILL_WAIT = 5.0
+
+
+def runtime_doubt(left: RuntimeLeftover, *, endpoint: str | None, timeout: float) -> str | None:
+    """Why the runtime may still own the id (a fresh list shows it, or cannot be read); None: it does not."""
+    if not endpoint:
+        return "no runtime endpoint configured: its leftovers are only reclaimed with its word"
+    ids = {i for i in (left.id, left.sandbox_id) if i}
+    try:
+        with RuntimeClient(endpoint, timeout=timeout) as client:
+            listed = {sb.id for sb in client.list_sandboxes()} | {c.id for c in client.list_containers()}
+    except CRIError as e:
+        return f"runtime: {e}"
+    known = sorted(ids & listed)
+    return f"the runtime lists {known[0][:12]} again" if known else None
+
+
+def _relative(left: RuntimeLeftover, base: str) -> list[str] | None:
+    """The path's components below the resolved state dir, when it has the layout of its kind."""
+    if not left.path.startswith(base + "/"):
+        return None
+    parts = left.path[len(base) + 1:].split("/")
+    if left.what == "sandbox_dir" and parts[:2] == [CRI_DIR, "sandboxes"] and len(parts) == 3:
+        return parts
+    if left.what == "task_dir" and len(parts) == 3 and parts[0] == TASKS_DIR and parts[1] not in ("", ".", ".."):
+        return parts
+    return None
+
+
+def remove_runtime_dir(left: RuntimeLeftover, *, state_dir: Path | None, endpoint: str | None, timeout: float,
+                       unmount_timeout: float = 10.0, proc_root: Path = Path("/proc")) -> Outcome:
+    if state_dir is None:
+        return Outcome.failed("no runtime state dir configured")
+    base = os.path.realpath(os.fsdecode(state_dir))
+    try:
+        left.path.encode("utf-8")
+    except UnicodeEncodeError:
+        return Outcome.failed(f"refused: {left.path!r} is not UTF-8")
+    parts = _relative(left, base)
+    if parts is None or not is_container_id(left.id) or parts[-1] != left.id or left.inode is None:
+        return Outcome.failed(f"refused: {left.path} is not a {left.what} of {base}")
+    doubt = runtime_doubt(left, endpoint=endpoint, timeout=timeout)
+    if doubt is not None:
+        return Outcome.changed(doubt) if doubt.startswith("the runtime lists") else Outcome.failed(doubt)
+    try:
+        fd = os.open(base, _DIR_FLAGS)
+    except FileNotFoundError:
+        return Outcome.gone(f"{base} does not exist")
+    except OSError as e:
+        return Outcome.failed(f"cannot open {base}: {e.strerror}")
+    try:
+        for name in parts[:-1]:
+            try:
+                next_fd = os.open(name, _DIR_FLAGS, dir_fd=fd)
+            except FileNotFoundError:
+                return Outcome.gone(f"{left.path}: {name} does not exist")
+            except OSError as e:
+                if e.errno in (errno.ELOOP, errno.ENOTDIR):
+                    return Outcome.changed(f"{left.path}: {name} is a symlink or not a directory; not followed")
+                return Outcome.failed(f"cannot open {name} under {base}: {e.strerror}")
+            os.close(fd)
+            fd = next_fd
+        return _unmount_then_remove(fd, left, unmount_timeout=unmount_timeout, proc_root=proc_root, timeout=timeout)
+    finally:
+        os.close(fd)
+
+
+def _unmount_then_remove(parent_fd: int, left: RuntimeLeftover, *, unmount_timeout: float, proc_root: Path,
+                         timeout: float) -> Outcome:
+    try:
+        st = os.lstat(left.id, dir_fd=parent_fd)
+    except FileNotFoundError:
+        return Outcome.gone(f"{left.path} does not exist")
+    except OSError as e:
+        return Outcome.failed(f"cannot stat {left.path}: {e.strerror}")
+    if st.st_ino != left.inode:
+        return Outcome.changed(f"{left.path} is inode {st.st_ino}, not the verified {left.inode}")
+    mounts, problems = read_mounts(proc_root)
+    if problems or not mounts:
+        return Outcome.failed(f"cannot read the mount table: {problems[0].reason if problems else 'empty'}")
+    point = expected_mount(left.what, left.path)
+    below = mounts_below(mounts, left.path)
+    others = sorted({m.mount_point for m in below if m.mount_point != point})
+    if others:
+        return Outcome.failed(f"not touched: mounted below {left.path}, not its own: {others[:3]}")
+    own = [m for m in below if m.mount_point == point]
+    lazy = False
+    if own:
+        if len(own) > 1 or own[0].mount_id != left.mount_id:
+            return Outcome.changed(f"{point} holds mount(s) {[m.mount_id for m in own]}, not the verified"
+                                   f" {left.mount_id}")
+        m = own[0]
+        volume = VolumeDir(pod_uid=left.id, plugin="", name=os.path.basename(point), path=point,
+                           mount_id=m.mount_id, fs_type=m.fs_type, source=m.source)
+        unmounted = unmount_volume(volume, proc_root=proc_root, timeout=unmount_timeout)
+        if not unmounted.ok:
+            return unmounted
+        lazy = unmounted.lazy
+    removed = remove_dir_at(parent_fd, left.id, inode=left.inode, path=left.path, proc_root=proc_root,
+                            timeout=timeout)
+    if own and removed.ok:
+        how = "lazily detached" if lazy else "unmounted"
+        return Outcome.done(f"{how} {point}; {removed.detail}", lazy=lazy)
+    return removed
+
+
+def _identity_doubt(left: RuntimeLeftover, proc_root: Path) -> str | None:
+    assert left.pid is not None
+    if start_ticks(proc_root, left.pid) != left.start_time:
+        return f"pid {left.pid} is another process now (another start time)"
+    if shim_args(proc_root, left.pid) != (left.id, left.address, False):
+        return f"pid {left.pid} is no longer the shim of {left.id[:12]}"
+    return None
+
+
+def _wait_exit(pidfd: int, seconds: float) -> bool:
+    poller = select.poll()
+    poller.register(pidfd, select.POLLIN)
+    deadline = time.monotonic() + seconds
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        if poller.poll(int(left * 1000) + 1):
+            return True
+
+
+def stop_shim(left: RuntimeLeftover, *, endpoint: str | None, timeout: float, proc_root: Path = Path("/proc"),
+              term_wait: float = TERM_WAIT) -> Outcome:
+    """SIGTERM, a bounded wait, SIGKILL; any doubt about who the pid is, or about the runtime, signals nothing."""
+    if left.pid is None or left.start_time is None or not is_container_id(left.id):
+        return Outcome.failed("refused: no verified pid, start time and id")
+    try:
+        own = os.readlink(proc_root / "self") == str(os.getpid())
+    except OSError:
+        own = False
+    if not own:
+        return Outcome.failed(f"refused: {proc_root} is not this process's pid namespace; its pids cannot be"
+                              " signalled from here")
+    try:
+        pidfd = os.pidfd_open(left.pid)
+    except ProcessLookupError:
+        return Outcome.gone(f"pid {left.pid} has exited")
+    except OSError as e:
+        return Outcome.failed(f"cannot pin pid {left.pid}: {e.strerror}")
+    try:
+        # Read after the pidfd is open: if it matches now, the pidfd is that very process.
+        doubt = _identity_doubt(left, proc_root)
+        if doubt is not None:
+            return Outcome.changed(doubt)
+        doubt = runtime_doubt(left, endpoint=endpoint, timeout=timeout)
+        if doubt is not None:
+            return Outcome.changed(doubt) if doubt.startswith("the runtime lists") else Outcome.failed(doubt)
+        for sig, wait in ((signal.SIGTERM, term_wait), (signal.SIGKILL, _KILL_WAIT)):
+            try:
+                signal.pidfd_send_signal(pidfd, sig)
+            except ProcessLookupError:
+                return Outcome.gone(f"shim pid {left.pid} exited")
+            if _wait_exit(pidfd, wait):
+                return Outcome.done(f"stopped shim {left.id[:12]} (pid {left.pid}) with {sig.name}")
+        return Outcome.failed(f"shim pid {left.pid} still runs {term_wait + _KILL_WAIT:g}s after SIGTERM and SIGKILL")
+    finally:
+        os.close(pidfd)

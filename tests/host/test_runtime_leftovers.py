@@ -1,0 +1,294 @@
+"""containerd's leftovers against a real containerd: sandbox state dirs with their shm mounts, task bundles
+with their rootfs mounts and shim processes whose id the runtime no longer lists, made by real faults, and
+what `nodegc clean --apply` does with them (and what it must not touch).
+
+Faults: containerd dies and loses its metadata while its shims keep running (a fresh containerd no longer
+knows them, their task bundles and rootfs mounts stay); a power loss (every process dies, the mounts stay)
+whose state containerd's start-up recovery did not see (it cleans orphans only when it starts, so the
+tests hold the directories aside while it starts and put them back).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from nodegc.desired.snapshot import SnapshotSource
+from nodegc.engine.cycle import Engine, EngineSettings, NullMetrics
+from nodegc.inventory.cri.leftovers import start_ticks
+from nodegc.inventory.cri.reading import sandbox_from_status
+from nodegc.ledger.store import Ledger
+from nodegc.model.runtime import RuntimeLeftover
+from nodegc.planning.correlate import CorrelationPolicy
+from nodegc.planning.phases import PhasePolicy
+from nodegc.reclaim.dispatch import HostExecutor
+from nodegc.reclaim.runtime_leftovers import remove_runtime_dir, stop_shim
+from nodegc.sandbox.containerd import SandboxContainerd, new_spec, pod_record, write_pods
+from nodegc.sandbox.node import SandboxNode, _sys_mount, _sys_umount, is_mounted
+from nodegc.settings import ScanOptions
+
+Runtime = tuple[SandboxNode, SandboxContainerd]
+CRI = "io.containerd.grpc.v1.cri"
+TASKS = "io.containerd.runtime.v2.task/k8s.io"
+
+
+def _nodegc(node: SandboxNode, rt: SandboxContainerd, snap: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+    r = node.roots
+    roots = ["--kubelet-root", str(r.kubelet_root), "--cni-data-dir", str(r.cni_data_dir), "--netns-dir",
+             str(r.netns_dir), "--net-ns", str(r.net_ns), "--cni-bin-dir", "/usr/lib/cni",
+             "--cni-conf-dir", str(r.cni_conf_dir), "--pods-from", str(snap), "--node", node.node_name,
+             "--runtime-endpoint", rt.endpoint, "--runtime-state-dir", str(rt.state), "--min-age", "0",
+             "--pod-log-dir", str(rt.log_root)]
+    return subprocess.run([sys.executable, "-m", "nodegc", *argv, *roots], capture_output=True, text=True,
+                          timeout=300, check=False)
+
+
+def _status(rt: SandboxContainerd, sid: str) -> tuple[bool, tuple[str, ...], str | None] | None:
+    with rt.client() as c:
+        reply = c.sandbox_status(sid, verbose=True)
+    if reply is None:
+        return None
+    sb = sandbox_from_status(reply)
+    return sb.ready, sb.ips, sb.netns_path
+
+
+def _leftovers(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {f["id"]: f for f in doc["findings"] if f["kind"] == "runtime_leftover"}
+
+
+def _own_mounts(rt: SandboxContainerd, sid: str, cids: tuple[str, ...]) -> list[Path]:
+    return [rt.state / CRI / "sandboxes" / sid / "shm", *(rt.state / TASKS / i / "rootfs" for i in (sid, *cids))]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}").exists() and b"zombie" not in Path(f"/proc/{pid}/status").read_bytes().lower()
+
+
+def _shims_of(rt: SandboxContainerd) -> dict[str, int]:
+    out = {}
+    for pid in rt.shim_pids():
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        if b"-id" in argv:
+            out[argv[argv.index(b"-id") + 1].decode()] = pid
+    return out
+
+
+def test_shims_that_lost_their_runtime_are_stopped_only_on_opt_in(containerd_node: Runtime, tmp_path: Path) -> None:
+    node, rt = containerd_node
+    lost = new_spec("lost")
+    lost_sid = rt.run_sandbox(lost)
+    lost_cid = rt.run_container(lost_sid, lost)
+    rt.kill()  # the daemon dies; its shims and the sandbox's processes keep running, its state stays...
+    shutil.rmtree(rt.root / "io.containerd.metadata.v1.bolt", ignore_errors=True)  # ...its database is lost
+    rt.start()
+    live = new_spec("live")
+    live_sid = rt.run_sandbox(live)
+    live_cid = rt.run_container(live_sid, live)
+    before = _status(rt, live_sid)
+    assert before is not None and before[0]
+    shims = _shims_of(rt)
+    assert set(shims) == {lost_sid, live_sid}
+    snap = write_pods(tmp_path / "pods.json", [pod_record(node, live, before[1][0])])
+
+    scan = _nodegc(node, rt, snap, "scan", "-o", "json")
+    assert scan.returncode in (0, 3), scan.stderr[-2000:]
+    left = _leftovers(json.loads(scan.stdout))
+    shim_finding = left[f"/proc/{shims[lost_sid]}"]
+    assert shim_finding["class"] == "runtime_leftover" and "--stop-orphan-shims" in shim_finding["evidence"][-1]
+    for cid in (lost_sid, lost_cid):
+        task = left[str(rt.state / TASKS / cid)]
+        assert task["class"] == "runtime_leftover" and "shim" in task["evidence"][-1], task  # its shim runs
+    assert not [f for f in left.values() if f["owner"]["container_id"] in (live_sid, live_cid)]
+
+    state = str(tmp_path / "state")
+    clean = _nodegc(node, rt, snap, "clean", "--apply", "--state-dir", state, "-o", "json")
+    assert clean.returncode in (0, 3), clean.stderr[-2000:]
+    assert _alive(shims[lost_sid]), "reported, never stopped by default"
+    assert (rt.state / TASKS / lost_cid).is_dir()
+
+    clean = _nodegc(node, rt, snap, "clean", "--apply", "--stop-orphan-shims", "--state-dir", state, "-o", "json")
+    assert clean.returncode in (0, 3), clean.stderr[-2000:]
+    deadline = time.monotonic() + 10
+    while _alive(shims[lost_sid]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(shims[lost_sid]), clean.stdout[-3000:]
+    assert _alive(shims[live_sid])
+    # The shim first; its task bundles and rootfs mounts after it. containerd runs its own cleanup of the
+    # exited shim (`containerd-shim-runc-v2 ... delete`, which nodegc never signals and waits for).
+    while lost_sid in _shims_of(rt) and time.monotonic() < deadline + 10:
+        time.sleep(0.1)
+    again = _nodegc(node, rt, snap, "clean", "--apply", "--stop-orphan-shims", "--state-dir", state, "-o", "json")
+    assert again.returncode in (0, 3), again.stderr[-2000:]
+    for cid in (lost_sid, lost_cid):
+        seen = _leftovers(json.loads(_nodegc(node, rt, snap, "scan", "-o", "json").stdout))
+        assert not (rt.state / TASKS / cid).exists(), (seen.get(str(rt.state / TASKS / cid)) or {}).get("evidence")
+    assert _status(rt, live_sid) == before
+    assert all(is_mounted(p) for p in _own_mounts(rt, live_sid, (live_cid,)))
+
+
+def _hold_aside(rt: SandboxContainerd, held: Path, sid: str, cid: str) -> list[tuple[Path, Path]]:
+    moves = [(rt.state / CRI / "sandboxes" / sid, held / "sandbox"), (rt.state / TASKS / sid, held / "pause"),
+             (rt.state / TASKS / cid, held / "app")]
+    held.mkdir()
+    for src, dst in moves:
+        src.rename(dst)
+    return moves
+
+
+def _plant(rt: SandboxContainerd, tmp: Path) -> tuple[Path, Path, bytes]:
+    """A sandbox dir that is a symlink to a directory outside the state dir, and a name that is not UTF-8."""
+    outside = tmp / "outside"
+    outside.mkdir()
+    (outside / "keep").write_text("not containerd's")
+    planted = rt.state / CRI / "sandboxes" / ("e" * 64)
+    planted.symlink_to(outside)
+    odd_name = os.path.join(os.fsencode(rt.state / CRI / "sandboxes"), b"\xff\xfe")
+    os.mkdir(odd_name)
+    return planted, outside, odd_name
+
+
+def _executor_refuses(rt: SandboxContainerd, planted: Path, outside: Path) -> None:
+    """Asked directly, the executor refuses the symlink and anything outside the state dir."""
+    for inode in (os.lstat(planted).st_ino, outside.stat().st_ino):
+        link = RuntimeLeftover("sandbox_dir", "e" * 64, str(planted), inode=inode)
+        assert not remove_runtime_dir(link, state_dir=rt.state, endpoint=rt.endpoint, timeout=5.0).ok
+    away = RuntimeLeftover("sandbox_dir", "e" * 64, str(outside), inode=outside.stat().st_ino)
+    assert "refused" in remove_runtime_dir(away, state_dir=rt.state, endpoint=rt.endpoint, timeout=5.0).detail
+    assert planted.is_symlink() and (outside / "keep").read_text() == "not containerd's"
+
+
+def test_state_dirs_and_mounts_without_a_runtime_behind_them(containerd_node: Runtime, tmp_path: Path) -> None:
+    node, rt = containerd_node
+    gone, odd = new_spec("gone"), new_spec("odd")
+    gone_sid, odd_sid = rt.run_sandbox(gone), rt.run_sandbox(odd)
+    gone_cid, odd_cid = rt.run_container(gone_sid, gone), rt.run_container(odd_sid, odd)
+    rt.kill_everything()  # a power loss: every process dies, the mounts stay
+    shutil.rmtree(rt.root / "io.containerd.metadata.v1.bolt", ignore_errors=True)
+    moves = _hold_aside(rt, rt.state.parent / "held-gone", gone_sid, gone_cid)
+    moves += _hold_aside(rt, rt.state.parent / "held-odd", odd_sid, odd_cid)
+    rt.start()
+    for src, dst in moves:
+        dst.rename(src)
+    gone_mounts, odd_mounts = _own_mounts(rt, gone_sid, (gone_cid,)), _own_mounts(rt, odd_sid, (odd_cid,))
+    assert all(is_mounted(p) for p in gone_mounts + odd_mounts)
+    live = new_spec("live")
+    live_sid = rt.run_sandbox(live)
+    live_cid = rt.run_container(live_sid, live)
+    before = _status(rt, live_sid)
+    assert before is not None and before[0]
+    live_mounts = _own_mounts(rt, live_sid, (live_cid,))
+    # A mount below a leftover that is not its own shm: that directory is not touched.
+    foreign = rt.state / CRI / "sandboxes" / odd_sid / "extra"
+    foreign.mkdir()
+    _sys_mount("tmpfs", foreign, "tmpfs", 0, None)
+    planted, outside, odd_name = _plant(rt, tmp_path)
+    try:
+        snap = write_pods(tmp_path / "pods.json", [pod_record(node, live, before[1][0])])
+        scan = _nodegc(node, rt, snap, "scan", "-o", "json")
+        left = _leftovers(json.loads(scan.stdout))
+        for path in (rt.state / CRI / "sandboxes" / gone_sid, rt.state / TASKS / gone_sid, rt.state / TASKS / gone_cid):
+            assert left[str(path)]["class"] == "orphaned_runtime_dir", left.get(str(path))
+        assert left[str(rt.state / CRI / "sandboxes" / odd_sid)]["class"] == "runtime_leftover"
+        assert "symlink" in left[str(planted)]["evidence"][-1]
+        assert not [f for f in left.values() if f["owner"]["container_id"] in (live_sid, live_cid)]
+
+        clean = _nodegc(node, rt, snap, "clean", "--apply", "--state-dir", str(tmp_path / "state"), "-o", "json")
+        assert clean.returncode in (0, 3), clean.stderr[-2000:]
+        for path in (rt.state / CRI / "sandboxes" / gone_sid, rt.state / TASKS / gone_sid, rt.state / TASKS / gone_cid):
+            assert not path.exists(), clean.stdout[-3000:]
+        assert not any(is_mounted(p) for p in gone_mounts)
+        # The sandbox dir with a foreign mount below it stays whole (its task bundles are leftovers of their own).
+        assert is_mounted(odd_mounts[0]) and is_mounted(foreign) and (foreign.parent / "shm").is_dir()
+        assert planted.is_symlink() and (outside / "keep").read_text() == "not containerd's"
+        assert os.path.isdir(odd_name)
+        _executor_refuses(rt, planted, outside)
+        assert all(is_mounted(p) for p in live_mounts)
+        assert _status(rt, live_sid) == before
+    finally:
+        with contextlib.suppress(OSError):
+            _sys_umount(foreign, 0)
+
+
+def test_an_empty_or_incomplete_runtime_list_blocks_every_leftover(containerd_node: Runtime, tmp_path: Path) -> None:
+    node, rt = containerd_node
+    lost = new_spec("lost")
+    lost_sid = rt.run_sandbox(lost)
+    rt.run_container(lost_sid, lost)
+    rt.kill()
+    shutil.rmtree(rt.root / "io.containerd.metadata.v1.bolt", ignore_errors=True)
+    rt.start()
+    shim_pid = _shims_of(rt)[lost_sid]
+    # The API still shows the pod running: the fresh runtime's empty list is not the node's whole word.
+    snap = write_pods(tmp_path / "pods.json", [pod_record(node, lost, "10.22.0.99")])
+
+    class Counting(NullMetrics):
+        def __init__(self) -> None:
+            self.blocks: list[str] = []
+
+        def blocked(self, reason: str) -> None:
+            self.blocks.append(reason)
+
+    metrics = Counting()
+    settings = EngineSettings(phases=PhasePolicy(consecutive_scans=1, grace_seconds=0),
+                              correlation=CorrelationPolicy(min_age_seconds=0, stop_orphan_shims=True),
+                              scan=ScanOptions(min_age_seconds=0, runtime_endpoint=rt.endpoint,
+                                               runtime_state_dir=rt.state))
+    with Ledger(":memory:") as ledger:
+        def cycle() -> None:
+            Engine(roots=node.roots, source=SnapshotSource(snap, node.node_name), ledger=ledger,
+                   executor=HostExecutor(node.roots, runtime_endpoint=rt.endpoint, runtime_state_dir=rt.state),
+                   settings=settings, metrics=metrics).cycle()
+        cycle()
+        assert "runtime_unavailable" in metrics.blocks
+        # Then a list with a sandbox, but none of the running pod's.
+        other = new_spec("other")
+        rt.run_sandbox(other)
+        cycle()
+        cycle()
+        assert metrics.blocks.count("runtime_unavailable") >= 3
+        assert not [i for i in ledger.items().values() if i.kind.value == "runtime_leftover"]
+    assert _alive(shim_pid)
+    assert (rt.state / TASKS / lost_sid).is_dir()
+
+
+def test_a_shim_is_signalled_only_while_it_is_the_verified_unknown_one(containerd_node: Runtime) -> None:
+    _, rt = containerd_node
+    live = new_spec("live")
+    live_sid = rt.run_sandbox(live)
+    pid = _shims_of(rt)[live_sid]
+    shim = RuntimeLeftover("shim", live_sid, f"/proc/{pid}", pid=pid, start_time=start_ticks(Path("/proc"), pid),
+                           address=str(rt.socket))
+    # The runtime knows that id (again): never signalled.
+    out = stop_shim(shim, endpoint=rt.endpoint, timeout=5.0)
+    assert out.identity_changed and not out.ok and "lists" in out.detail
+    assert _alive(pid) and _status(rt, live_sid) is not None
+    # A pid reused by another process (another start time, or not a shim at all): never signalled.
+    sleeper = subprocess.Popen(["sleep", "600"])
+    try:
+        ticks = start_ticks(Path("/proc"), sleeper.pid)
+        assert ticks is not None
+        fake = dataclasses.replace(shim, id="f" * 64, pid=sleeper.pid, path=f"/proc/{sleeper.pid}")
+        for reused in (dataclasses.replace(fake, start_time=ticks - 1), dataclasses.replace(fake, start_time=ticks)):
+            out = stop_shim(reused, endpoint=rt.endpoint, timeout=5.0)
+            assert out.identity_changed and not out.ok, out
+            assert sleeper.poll() is None
+        # A pid namespace that is not this process's: nothing is signalled.
+        other = stop_shim(fake, endpoint=rt.endpoint, timeout=5.0, proc_root=Path("/nonexistent"))
+        assert not other.ok and "pid namespace" in other.detail
+    finally:
+        sleeper.send_signal(signal.SIGKILL)
+        sleeper.wait()
+    assert _alive(pid)

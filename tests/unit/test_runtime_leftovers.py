@@ -1,0 +1,162 @@
+"""containerd's leftovers (planning/runtime.py): which are reclaimed, which only reported, and why."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nodegc.model.findings import Finding, FindingClass
+from nodegc.model.resources import Inventory, Kind
+from nodegc.model.runtime import RuntimeContainer, RuntimeLeftover, RuntimeSandbox, RuntimeView
+from nodegc.planning.correlate import CorrelationPolicy, correlate
+from tests.unit.factories import NOW, OLD, desired, pod
+
+STATE = "/run/containerd"
+A, B, C, LIVE = ("a" * 64), ("b" * 64), ("c" * 64), ("d" * 64)
+
+
+def sandbox_dir(sid: str, *, mtime: float = OLD, **kw: object) -> RuntimeLeftover:
+    path = f"{STATE}/io.containerd.grpc.v1.cri/sandboxes/{sid}"
+    return RuntimeLeftover("sandbox_dir", sid, path, mounted=True, inode=7, mtime=mtime, mount_id=99,
+                           mount_point=f"{path}/shm", **kw)  # type: ignore[arg-type]
+
+
+def task_dir(cid: str, *, mtime: float = OLD, **kw: object) -> RuntimeLeftover:
+    path = f"{STATE}/io.containerd.runtime.v2.task/k8s.io/{cid}"
+    return RuntimeLeftover("task_dir", cid, path, mounted=True, inode=8, mtime=mtime, mount_id=98,
+                           mount_point=f"{path}/rootfs", **kw)  # type: ignore[arg-type]
+
+
+def shim(sid: str, pid: int = 4242, *, mtime: float = OLD) -> RuntimeLeftover:
+    return RuntimeLeftover("shim", sid, f"/proc/{pid}", pid=pid, start_time=1234, mtime=mtime,
+                           address=f"{STATE}/containerd.sock")
+
+
+def live_sandbox() -> RuntimeSandbox:
+    return RuntimeSandbox(id=LIVE, pod_uid="u1", pod_name="web", pod_namespace="default", attempt=0, ready=True,
+                          created_at=NOW, status_read=True)
+
+
+def run(*leftovers: RuntimeLeftover, stop_shims: bool = False, sandboxes: tuple[RuntimeSandbox, ...] | None = None,
+        containers: tuple[RuntimeContainer, ...] = (), reachable: bool = True,
+        pods: tuple[object, ...] | None = None) -> dict[str, Finding]:
+    view = RuntimeView(endpoint="unix:///run/containerd/containerd.sock", reachable=reachable,
+                       runtime_name="containerd", runtime_version="1.6.20",
+                       sandboxes=(live_sandbox(),) if sandboxes is None else sandboxes, containers=containers,
+                       read_at=NOW, state_dir=STATE, leftovers=leftovers)
+    found = correlate(Inventory(taken_at=NOW, runtime=view),
+                      desired(*(pods if pods is not None else (pod("web", "u1"),))),  # type: ignore[arg-type]
+                      now=NOW, policy=CorrelationPolicy(min_age_seconds=60, stop_orphan_shims=stop_shims))
+    return {f.id: f for f in found if f.kind is Kind.RUNTIME_LEFTOVER}
+
+
+def test_an_unknown_old_idle_directory_is_reclaimed_with_the_runtimes_word() -> None:
+    sd, td = sandbox_dir(A), task_dir(B)
+    out = run(sd, td)
+    assert out[sd.path].cls is FindingClass.ORPHANED_RUNTIME_DIR and out[sd.path].cls.is_residue
+    assert out[td.path].cls is FindingClass.ORPHANED_RUNTIME_DIR
+    # terminate asks the runtime again about that very id
+    assert out[sd.path].sandbox == A and out[sd.path].owner.container_id == A
+
+
+def test_a_directory_whose_id_the_runtime_knows_is_not_even_reported() -> None:
+    out = run(sandbox_dir(LIVE), task_dir(LIVE), task_dir(C), shim(LIVE),
+              containers=(RuntimeContainer(id=C, sandbox_id=LIVE, name="app", state="running"),))
+    assert out == {}
+
+
+def test_a_task_of_a_known_sandbox_is_kept() -> None:
+    td = task_dir(C, sandbox_id=LIVE)
+    assert run(td)[td.path].cls is FindingClass.RUNTIME_LEFTOVER
+
+
+def test_shim_first_then_its_directories() -> None:
+    sd, td, app, sh = sandbox_dir(A), task_dir(A), task_dir(C, sandbox_id=A), shim(A)
+    out = run(sd, td, app, sh)
+    assert out[sh.path].cls is FindingClass.RUNTIME_LEFTOVER  # reported only, without the opt-in
+    assert "--stop-orphan-shims" in out[sh.path].evidence[-1]
+    for left in (sd, td, app):
+        assert out[left.path].cls is FindingClass.RUNTIME_LEFTOVER, left.what
+        assert "shim (pid 4242) runs" in out[left.path].evidence[-1]
+    out = run(sd, td, app, sh, stop_shims=True)
+    assert out[sh.path].cls is FindingClass.ORPHANED_SHIM and out[sh.path].sandbox == A
+    assert not any(out[left.path].cls.is_residue for left in (sd, td, app))
+    # once the shim is gone, the directories go
+    out = run(sd, td, app, stop_shims=True)
+    assert all(out[left.path].cls is FindingClass.ORPHANED_RUNTIME_DIR for left in (sd, td, app))
+
+
+def test_a_live_init_process_keeps_its_task_and_its_sandbox() -> None:
+    sd, pause = sandbox_dir(A), task_dir(A, busy="its init process (pid 77) is alive")
+    app = task_dir(C, sandbox_id=A)
+    out = run(sd, pause, app)
+    assert {out[x.path].cls for x in (sd, pause, app)} == {FindingClass.RUNTIME_LEFTOVER}
+    assert "pid 77" in out[sd.path].evidence[-1]
+
+
+def test_a_foreign_mount_below_or_a_bad_entry_is_reported_never_reclaimed() -> None:
+    mounted = sandbox_dir(A, other_mounts=(f"{STATE}/io.containerd.grpc.v1.cri/sandboxes/{A}/x",))
+    link = RuntimeLeftover("sandbox_dir", B, f"{STATE}/io.containerd.grpc.v1.cri/sandboxes/{B}",
+                           problem="a symlink: not followed, not touched")
+    odd = RuntimeLeftover("task_dir", "", f"{STATE}/io.containerd.runtime.v2.task/k8s.io/\udcff",
+                          problem="'\\xff' is not a container id")
+    out = run(mounted, link, odd)
+    for left in (mounted, link, odd):
+        assert out[left.path].cls is FindingClass.RUNTIME_LEFTOVER and not out[left.path].cls.is_residue
+    assert "mounted below it" in out[mounted.path].evidence[-1]
+
+
+def test_young_leftovers_are_protected() -> None:
+    recent = NOW.timestamp() - 10
+    out = run(sandbox_dir(A, mtime=recent), shim(B, mtime=recent), stop_shims=True)
+    assert {f.cls for f in out.values()} == {FindingClass.PROTECTED}
+    no_age = RuntimeLeftover("shim", C, "/proc/9", pid=9, start_time=None, mtime=None)
+    assert run(no_age, stop_shims=True)[no_age.path].cls is FindingClass.PROTECTED
+
+
+def test_a_pod_starting_without_a_sandbox_protects_recent_leftovers() -> None:
+    """RunPodSandbox mounts the shm and starts the shim before the runtime lists the sandbox."""
+    recent = NOW.timestamp() - 200  # older than the minimum age, younger than the ADD settle time
+    leftovers = (sandbox_dir(A, mtime=recent), task_dir(B, mtime=recent), shim(C, mtime=recent))
+    starting = (pod("web", "u1"), pod("new", "u2", phase="Pending"))
+    out = run(*leftovers, stop_shims=True, pods=starting)
+    assert {f.cls for f in out.values()} == {FindingClass.PROTECTED}
+    assert "new is starting" in out[leftovers[0].path].evidence[-1]
+    assert all(f.cls.is_residue for f in run(*leftovers, stop_shims=True).values())
+    # long after the settle time they are judged again
+    assert all(f.cls.is_residue for f in run(sandbox_dir(A), shim(C), stop_shims=True, pods=starting).values())
+
+
+def test_no_conclusion_from_an_empty_incomplete_or_unreachable_runtime() -> None:
+    leftovers = (sandbox_dir(A), task_dir(B), shim(C))
+    # empty while a pod runs
+    assert run(*leftovers, sandboxes=(), stop_shims=True) == {}
+    # a list without the running pod's sandbox
+    other = RuntimeSandbox(id=LIVE, pod_uid="someone-else", pod_name="x", pod_namespace="default", attempt=0,
+                           ready=True, created_at=NOW)
+    assert run(*leftovers, sandboxes=(other,), stop_shims=True) == {}
+    assert run(*leftovers, reachable=False, stop_shims=True) == {}
+
+
+def test_netns_leftovers_keep_their_handling() -> None:
+    ns = RuntimeLeftover("netns", "cni-1", f"{STATE}/io.containerd.grpc.v1.cri/netns/cni-1", mounted=True)
+    f = run(ns, stop_shims=True)[ns.path]
+    assert f.cls is FindingClass.RUNTIME_LEFTOVER and f.owner.container_id is None
+
+
+ids = st.sampled_from((A, B, C, LIVE))
+
+
+@settings(max_examples=200, deadline=None)
+@given(what=st.sampled_from(("sandbox_dir", "task_dir", "shim")), lid=ids, sandbox_id=st.none() | ids,
+       known_as_container=st.booleans())
+def test_a_leftover_of_an_id_the_runtime_lists_is_never_residue(what: str, lid: str, sandbox_id: str | None,
+                                                                known_as_container: bool) -> None:
+    """The safety rule: nothing whose id (or whose task's sandbox) the runtime lists is planned for reclaim."""
+    containers = (RuntimeContainer(id=C, sandbox_id=LIVE, name="app", state="exited"),) if known_as_container else ()
+    known = {LIVE} | ({C} if known_as_container else set())
+    left = (shim(lid) if what == "shim" else
+            sandbox_dir(lid) if what == "sandbox_dir" else task_dir(lid, sandbox_id=sandbox_id))
+    out = run(left, stop_shims=True, containers=containers)
+    if left.id in known or (what == "task_dir" and sandbox_id in known):
+        assert left.path not in out or not out[left.path].cls.is_residue
