@@ -227,8 +227,11 @@ class _Runtime:
                            OwnerState.ABSENT, (why, note), sandbox=left.id if residue else None)
 
         young = left.mtime is None or left.mtime > self.horizon
+        starting = self._starting_without_sandbox(left)
         if left.problem:
             return finding(FindingClass.RUNTIME_LEFTOVER, f"not reclaimed: {left.problem}")
+        if starting:
+            return finding(FindingClass.PROTECTED, starting)
         if left.what == "shim":
             if young:
                 return finding(FindingClass.PROTECTED, "younger than the runtime's and the API's photographs")
@@ -423,6 +426,17 @@ class _Runtime:
         if mtime is None or mtime >= min(self.ctx.now, self.ctx.photo) - settle:
             return f"no cache entry yet and younger than {settle:.0f}s: its CNI ADD may still run"
         return None
+
+    def _starting_without_sandbox(self, left: RuntimeLeftover) -> str | None:
+        """RunPodSandbox makes the sandbox's directories and starts its shim before the runtime lists the
+        sandbox (at its very end): while a pod on this node is starting with no sandbox listed, a leftover
+        younger than the ADD settle time may be that sandbox's."""
+        starting = [p for p in self.ctx.pods.unsettled if p.uid not in self.by_pod]
+        settle = max(self.ctx.policy.add_settle_seconds, self.ctx.policy.min_age_seconds)
+        if not starting or (left.mtime is not None and left.mtime < min(self.ctx.now, self.ctx.photo) - settle):
+            return None
+        return (f"pod {starting[0].namespace}/{starting[0].name} is starting and the runtime shows no sandbox for"
+                " it yet: this may be its RunPodSandbox")
 
     def _who(self) -> str:
         return f"{self.view.runtime_name or 'runtime'} {self.view.runtime_version or ''}".strip()
