@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nodegc.model.findings import Finding
+from nodegc.model.resources import Kind, ReadProblem
 from nodegc.planning.correlate import CorrelationPolicy, correlate, correlation
 from nodegc.planning.network import rule_ips
 from nodegc.planning.owners import normalize_ip
@@ -47,12 +49,15 @@ def test_second_pass_reuse_gives_the_findings_of_a_fresh_correlation(seed: int, 
 def test_reuse_only_when_nothing_but_the_namespaces_changed() -> None:
     scan = big_scan(7)
     first = correlation(scan.inventory, scan.desired, now=NOW)
-    from dataclasses import replace
-
     changed = replace(scan.inventory, pod_dirs=scan.inventory.pod_dirs[1:])
     again = correlation(changed, scan.desired, now=NOW, previous=first)
     assert again.context.pods is not first.context.pods
     assert again.findings == correlate(changed, scan.desired, now=NOW)
+    unreadable = replace(scan.inventory, problems=(*scan.inventory.problems,
+                                                   ReadProblem(Kind.CNI_CACHE, "/cni/results/x", "truncated")))
+    again = correlation(unreadable, scan.desired, now=NOW, previous=first)
+    assert again.context.pods is not first.context.pods
+    assert again.findings == correlate(unreadable, scan.desired, now=NOW)
     other_policy = correlation(scan.inventory, scan.desired, now=NOW, policy=CorrelationPolicy(min_age_seconds=1),
                                previous=first)
     assert other_policy.context.pods is not first.context.pods

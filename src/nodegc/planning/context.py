@@ -6,6 +6,7 @@ context and appends findings; `correlate` runs the domains in order and then the
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from dataclasses import dataclass, field, fields
 from datetime import datetime
@@ -13,8 +14,23 @@ from datetime import datetime
 from nodegc import defaults
 from nodegc.model.findings import Finding, FindingClass
 from nodegc.model.pods import DesiredState, OwnerState, Pod
-from nodegc.model.resources import CNICacheEntry, Inventory, IPReservation, Kind, NetnsEntry, StaticPodManifest
-from nodegc.planning.owners import CacheIndex, PodIndex, Resolution, netns_key, normalize_ip, resolve_cache_owner
+from nodegc.model.resources import (
+    CNICacheEntry,
+    Inventory,
+    IPReservation,
+    Kind,
+    NetnsEntry,
+    ReadProblem,
+    StaticPodManifest,
+)
+from nodegc.planning.owners import (
+    CacheIndex,
+    PodIndex,
+    Resolution,
+    entry_key,
+    normalize_ip,
+    resolve_cache_owner,
+)
 
 HOLDING = frozenset({OwnerState.LIVE, OwnerState.PENDING, OwnerState.UNKNOWN})
 """Owner states in which the resource may be in use."""
@@ -68,6 +84,8 @@ class Context:
     """Why reservations no cache entry explains may be a left-out pod's: one of its pod directories."""
     resolutions: dict[str, Resolution] = field(default_factory=dict)
     """The owner of every cache entry, by path, resolved once a scan."""
+    runtime_unusable: tuple[str | None] | None = None
+    """Why the runtime's view carries no evidence (planning.runtime), once worked out: (reason or None,)."""
     unmirrored: list[StaticPodManifest] = field(default_factory=list)
     mirrored: list[tuple[StaticPodManifest, Pod]] = field(default_factory=list)
     """Manifests with their mirror pod in the desired state: the mirror may lag behind an edited manifest."""
@@ -109,10 +127,12 @@ class Context:
                    mirrored=[(m, p) for m in inv.static_pods if (p := _mirror_of(m, desired, pods)) is not None])
 
     def same_but_netns(self, inv: Inventory, desired: DesiredState, now: datetime, policy: CorrelationPolicy) -> bool:
-        """Whether a correlation of `inv` sees what this one saw, its network namespaces and read problems
-        aside: the same desired state, time and policy, and the very same records of every other kind."""
+        """Whether a correlation of `inv` sees what this one saw, its network namespaces aside: the same
+        desired state, time and policy, the very same records of every other kind and the same read
+        problems of every other kind."""
         return (desired is self.desired and now.timestamp() == self.now and policy == self.policy
-                and all(getattr(inv, name) is getattr(self.inv, name) for name in _NOT_NETNS))
+                and all(getattr(inv, name) is getattr(self.inv, name) for name in _NOT_NETNS)
+                and _not_netns(inv.problems) == _not_netns(self.inv.problems))
 
     def static_owner(self, *, uid: str | None, namespace: str | None = None, name: str | None = None,
                      containers: tuple[str, ...] | None = None, mtime: float | None = None) -> str | None:
@@ -154,7 +174,7 @@ class Context:
         self.findings.append(finding)
         return finding
 
-    @property
+    @functools.cached_property
     def cutoff(self) -> float:
         """Only what is older than this can be residue: the minimum age, counted back from the photo's
         time (the desired state cannot know a pod born after it was taken), never from a later scan."""
@@ -180,7 +200,11 @@ class Context:
 
 
 _NOT_NETNS = tuple(f.name for f in fields(Inventory) if f.name not in ("netns", "problems"))
-"""What a correlation reads of an inventory besides its namespaces and its read problems."""
+"""What a correlation reads of an inventory besides its namespaces and its read problems (compared apart)."""
+
+
+def _not_netns(problems: tuple[ReadProblem, ...]) -> tuple[ReadProblem, ...]:
+    return tuple(p for p in problems if p.kind is not Kind.NETNS)
 
 
 def _unreadable_cache(inv: Inventory) -> tuple[str, ...]:
@@ -188,7 +212,7 @@ def _unreadable_cache(inv: Inventory) -> tuple[str, ...]:
 
 
 def _netns_by_key(inv: Inventory) -> dict[str, NetnsEntry]:
-    return {key: ns for ns in inv.netns if (key := netns_key(ns.path)) is not None}
+    return {entry_key(ns): ns for ns in inv.netns}
 
 
 def _netns_unreadable(inv: Inventory) -> frozenset[str]:

@@ -17,7 +17,7 @@ from nodegc.model.resources import Inventory
 from nodegc.planning.context import Context, CorrelationPolicy
 from nodegc.planning.firewall import correlate_firewall
 from nodegc.planning.kubelet import correlate_kubelet
-from nodegc.planning.network import correlate_network, shared_namespaces, stand_or_fall_together
+from nodegc.planning.network import NetworkPass, correlate_network, shared_namespaces, stand_or_fall_together
 from nodegc.planning.runtime import correlate_pod_logs, correlate_runtime
 
 __all__ = ["Correlation", "CorrelationPolicy", "correlate", "correlation"]
@@ -31,6 +31,8 @@ class Correlation:
     context: Context
     kubelet: tuple[Finding, ...]
     """The kubelet domain's findings as it made them: it runs first and reads no namespace."""
+    network: NetworkPass
+    """What the network domain decided without looking at a namespace."""
 
 
 def correlate(
@@ -55,16 +57,17 @@ def correlation(
     findings are the same as without it; only the work that cannot have changed is not done again)."""
     ctx = Context.build(inventory, desired, now, policy or CorrelationPolicy(),
                         previous.context if previous is not None else None)
-    if previous is not None and ctx.pods is previous.context.pods:
-        # The kubelet's objects (pod directories, volumes) do not depend on namespaces or read problems.
-        ctx.findings.extend(previous.kubelet)
+    reuse = previous if previous is not None and ctx.pods is previous.context.pods else None
+    if reuse is not None:
+        # The kubelet's objects (pod directories, volumes) do not depend on namespaces.
+        ctx.findings.extend(reuse.kubelet)
     else:
         correlate_kubelet(ctx)
     kubelet = tuple(ctx.findings)
-    correlate_network(ctx)
+    network = correlate_network(ctx, reuse.network if reuse is not None else None)
     correlate_runtime(ctx)
     correlate_pod_logs(ctx)
     correlate_firewall(ctx)
     shared_namespaces(ctx)
     stand_or_fall_together(ctx)
-    return Correlation(tuple(ctx.findings), ctx, kubelet)
+    return Correlation(tuple(ctx.findings), ctx, kubelet, network)

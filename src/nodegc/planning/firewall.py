@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
+from dataclasses import dataclass
 
 from nodegc.model.findings import Finding, FindingClass, Owner
 from nodegc.model.pods import OwnerState
-from nodegc.model.resources import FirewallRule, Kind
+from nodegc.model.resources import FirewallRule, Kind, ReadProblem
 from nodegc.planning.context import Context
 from nodegc.planning.owners import normalize_ip
 
@@ -25,27 +26,52 @@ def firewall_rule_id(rule: FirewallRule) -> str:
     return f"{rule.table}/{rule.chain}/{direction} {rule.ip}"
 
 
-def _in_known_range(ctx: Context, ip: str) -> bool:
+def _known_ranges(ctx: Context) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+    out: list[ipaddress.IPv4Network | ipaddress.IPv6Network] = []
+    for rs in ctx.inv.ip_ranges:
+        for r in rs.ranges:
+            try:
+                out.append(ipaddress.ip_network(r.subnet, strict=False))
+            except ValueError:
+                continue
+    return out
+
+
+def _in_known_range(ranges: list[ipaddress.IPv4Network | ipaddress.IPv6Network], ip: str) -> bool:
     try:
         addr = ipaddress.ip_address(ip)
     except ValueError:
         return False
-    for rs in ctx.inv.ip_ranges:
-        for r in rs.ranges:
-            try:
-                if addr in ipaddress.ip_network(r.subnet, strict=False):
-                    return True
-            except ValueError:
-                continue
-    return False
+    return any(addr in net for net in ranges)
 
 
-def _entry_ips(ctx: Context, path: str) -> tuple[str, ...]:
-    entry = next((e for e in ctx.inv.cni_cache if e.path == path), None)
-    return entry.ips if entry is not None else ()
+def _kept_entries_by_ip(ctx: Context) -> dict[str, Finding]:
+    """Each address a kept cache entry lists -> the first such entry's finding."""
+    ips_of: dict[str, tuple[str, ...]] = {}
+    for e in ctx.inv.cni_cache:
+        ips_of.setdefault(e.path, e.ips)  # the first entry of a path, as a search would find it
+    out: dict[str, Finding] = {}
+    for f in ctx.findings:
+        if f.kind is Kind.CNI_CACHE and not f.cls.is_residue:
+            for ip in {normalize_ip(x) for x in ips_of.get(f.id, ())}:
+                if ip is not None:
+                    out.setdefault(ip, f)
+    return out
+
+
+@dataclass
+class _Seen:
+    """What every rule is judged against, gathered once."""
+
+    ready_ips: set[str | None]
+    kept_entries: dict[str, Finding]
+    unread: ReadProblem | None
+    ranges: list[ipaddress.IPv4Network | ipaddress.IPv6Network]
 
 
 def correlate_firewall(ctx: Context) -> None:
+    if not ctx.inv.firewall_rules:
+        return
     view = ctx.inv.runtime
     ready_ips = {normalize_ip(ip) for sb in (view.sandboxes if view and view.reachable else ()) if sb.ready
                  for ip in sb.ips}
@@ -53,11 +79,15 @@ def correlate_firewall(ctx: Context) -> None:
     for f in ctx.findings:
         if f.kind is Kind.IP_RESERVATION and f.ip:
             by_ip.setdefault(normalize_ip(f.ip) or f.ip, []).append(f)
+    seen = _Seen(ready_ips=ready_ips, kept_entries=_kept_entries_by_ip(ctx),
+                 unread=next((p for p in ctx.inv.problems if p.kind is Kind.IP_RESERVATION), None),
+                 ranges=_known_ranges(ctx))
     for rule in ctx.inv.firewall_rules:
-        ctx.add(_rule(ctx, rule, by_ip.get(normalize_ip(rule.ip) or rule.ip, []), ready_ips))
+        ctx.add(_rule(ctx, rule, by_ip.get(normalize_ip(rule.ip) or rule.ip, []), seen))
 
 
-def _rule(ctx: Context, rule: FirewallRule, reservations: list[Finding], ready_ips: set[str | None]) -> Finding:
+def _rule(ctx: Context, rule: FirewallRule, reservations: list[Finding], seen: _Seen) -> Finding:
+    ready_ips = seen.ready_ips
     fid = firewall_rule_id(rule)
     ip = normalize_ip(rule.ip) or rule.ip
     claimed = ctx.pods.claims.get(ip, [])
@@ -74,17 +104,16 @@ def _rule(ctx: Context, rule: FirewallRule, reservations: list[Finding], ready_i
         keep = next(f for f in reservations if not f.cls.is_residue)
         return dataclasses.replace(keep, kind=Kind.FIREWALL_RULE, id=fid, netns=None,
                                    evidence=(f"follows reservation {keep.id}: {keep.cls.value}",))
-    kept_entry = next((f for f in ctx.findings if f.kind is Kind.CNI_CACHE and not f.cls.is_residue
-                       and ip in {normalize_ip(x) for x in _entry_ips(ctx, f.id)}), None)
+    kept_entry = seen.kept_entries.get(ip)
     if kept_entry is not None:
         # A cache entry that is kept lists the address (a secondary network's, a static pod's): its rule too.
         return dataclasses.replace(kept_entry, kind=Kind.FIREWALL_RULE, id=fid, netns=None, ip=ip,
                                    evidence=(f"cache entry {kept_entry.id} lists {ip}: {kept_entry.cls.value}",))
-    unread = next((p for p in ctx.inv.problems if p.kind is Kind.IP_RESERVATION), None)
+    unread = seen.unread
     if unread is not None:
         return Finding(FindingClass.PROTECTED, Kind.FIREWALL_RULE, fid, Owner(), OwnerState.UNKNOWN,
                        (f"no reservation of {ip} seen, but {unread.path} could not be read: it may be there",), ip=ip)
-    if not _in_known_range(ctx, ip):
+    if not _in_known_range(seen.ranges, ip):
         return Finding(FindingClass.UNKNOWN, Kind.FIREWALL_RULE, fid, Owner(), OwnerState.UNKNOWN,
                        (f"no reservation of {ip}, and no host-local range nodegc knows holds it",), ip=ip)
     if ctx.pods.unsettled:

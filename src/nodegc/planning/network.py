@@ -10,7 +10,7 @@ import functools
 import re
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from nodegc.model.findings import Finding, FindingClass, Owner
 from nodegc.model.pods import OwnerState, Pod
@@ -24,18 +24,37 @@ from nodegc.model.resources import (
     VethLink,
 )
 from nodegc.planning.context import GONE, HOLDING, Context, reclass, short
-from nodegc.planning.owners import Resolution, netns_key, normalize_ip
+from nodegc.planning.owners import Resolution, entry_key, netns_key, normalize_ip
 from nodegc.planning.phases import hostport_rule_id
 
 
-def correlate_network(ctx: Context) -> None:
+@dataclass(frozen=True)
+class NetworkPass:
+    """What the network domain decided without looking at any namespace: the reservations (and the
+    conflicts of pod status), and the chains and hostport rules, which follow the reservations and the
+    cache entries' owners. A second pass over the same scan with more namespace addresses read takes them."""
+
+    reservations: tuple[Finding, ...]
+    reservations_by_cid: dict[str, list[tuple[IPReservation, Finding]]]
+    rules: tuple[Finding, ...]
+
+
+def correlate_network(ctx: Context, previous: NetworkPass | None = None) -> NetworkPass:
+    """`previous`: the pass of a correlation whose inventory differs from this one's in its namespaces
+    only (`Context.same_but_netns`)."""
     for r in ctx.inv.ip_reservations:
         ctx.network_ips[r.network].add(r.ip)
     ctx.chain_ips.update(_chain_ips(ctx.inv))
-    reserved_ips = {r.ip for r in ctx.inv.ip_reservations}
-    for reservation in ctx.inv.ip_reservations:
-        _reservation(ctx, reservation, reserved_ips)
-    _status_conflicts(ctx, reserved_ips)
+    start = len(ctx.findings)
+    if previous is None:
+        reserved_ips = {r.ip for r in ctx.inv.ip_reservations}
+        for reservation in ctx.inv.ip_reservations:
+            _reservation(ctx, reservation, reserved_ips)
+        _status_conflicts(ctx, reserved_ips)
+    else:
+        ctx.findings.extend(previous.reservations)
+        ctx.reservations_by_cid.update(previous.reservations_by_cid)
+    reservations = tuple(ctx.findings[start:])
     for entry in ctx.inv.cni_cache:
         _cache_entry(ctx, entry)
     ctx.cache_findings = {f.id: f for f in ctx.findings if f.kind is Kind.CNI_CACHE}
@@ -43,10 +62,15 @@ def correlate_network(ctx: Context) -> None:
         _netns(ctx, ns)
     for link in ctx.inv.veths:
         _veth(ctx, link)
-    for chain in ctx.inv.chains:
-        _by_container(ctx, Kind.IPTABLES_CHAIN, chain.name, chain.container_id, chain.network)
-    for rule in ctx.inv.hostport_rules:
-        _by_container(ctx, Kind.HOSTPORT_RULE, _rule_id(rule), rule.container_id, rule.network)
+    start = len(ctx.findings)
+    if previous is None:
+        for chain in ctx.inv.chains:
+            _by_container(ctx, Kind.IPTABLES_CHAIN, chain.name, chain.container_id, chain.network)
+        for rule in ctx.inv.hostport_rules:
+            _by_container(ctx, Kind.HOSTPORT_RULE, _rule_id(rule), rule.container_id, rule.network)
+    else:
+        ctx.findings.extend(previous.rules)
+    return NetworkPass(reservations, dict(ctx.reservations_by_cid), tuple(ctx.findings[start:]))
 
 
 def shared_namespaces(ctx: Context) -> None:
@@ -93,13 +117,15 @@ def stand_or_fall_together(ctx: Context) -> None:
         cls = FindingClass.IN_USE if in_use else FindingClass.PROTECTED
         # In use wins over protected too: the part's own reason to wait is moot when its sandbox is live.
         weaker = {FindingClass.PROTECTED} if in_use else set()
+        changed = [i for i in indexes if ctx.findings[i].cls.is_residue or ctx.findings[i].cls in weaker]
+        if not changed:
+            continue
         note = f"{ref.kind.value} {ref.id} of the same container {short(cid)} is {ref.cls.value}"
-        for i in indexes:
-            if ctx.findings[i].cls.is_residue or ctx.findings[i].cls in weaker:
-                old = ctx.findings[i]
-                ctx.findings[i] = replace(old, cls=cls, owner=ref.owner if in_use else old.owner,
-                                          owner_state=ref.owner_state if in_use else old.owner_state,
-                                          evidence=(*old.evidence, note))
+        for i in changed:
+            old = ctx.findings[i]
+            ctx.findings[i] = replace(old, cls=cls, owner=ref.owner if in_use else old.owner,
+                                      owner_state=ref.owner_state if in_use else old.owner_state,
+                                      evidence=(*old.evidence, note))
 
 
 def _container_mtime(ctx: Context, container_id: str) -> float | None:
@@ -346,7 +372,7 @@ def _cache_entry(ctx: Context, entry: CNICacheEntry) -> None:
 
 
 def _netns(ctx: Context, ns: NetnsEntry) -> None:
-    entries = ctx.cache.by_netns.get(ns.name, [])
+    entries = ctx.cache.by_netns.get(entry_key(ns), [])
     finding: Finding
     if entries:
         resolutions = [ctx.owner_of(e) for e in entries]
@@ -408,7 +434,7 @@ def _veth(ctx: Context, link: VethLink) -> None:
     if ns_finding is None:
         where = "in this namespace" if link.peer_netnsid is None else f"in netns id {link.peer_netnsid}"
         ctx.add(Finding(FindingClass.UNKNOWN, Kind.VETH, link.name, Owner(), OwnerState.UNKNOWN,
-                          (f"peer lives {where}, not in a namespace of the netns directory",)))
+                          (f"peer lives {where}, not in a namespace of the netns directories",)))
         return
     cls = {
         FindingClass.IN_USE: FindingClass.IN_USE,
