@@ -19,7 +19,7 @@ from tests.api.fakeapi import FakeKubeAPI
 
 
 def test_the_agent_builds_one_client_for_watch_gets_and_events(tmp_path: Path) -> None:
-    with FakeKubeAPI(bookmark_interval=0.05) as api:
+    with FakeKubeAPI(bookmark_interval=0.05, kubelets=("node-a",)) as api:
         settings = AgentSettings(
             roots=Roots(), safety=SafetySettings(),
             source=SourceSettings(node="node-a", kubeconfig=api.write_kubeconfig(tmp_path / "kubeconfig")))

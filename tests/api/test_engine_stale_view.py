@@ -25,7 +25,7 @@ def scanner(_roots: Roots, _options: ScanOptions) -> Inventory:
 
 
 def test_stalled_watch_refuses_destructive_steps(tmp_path: Path) -> None:
-    with FakeKubeAPI(bookmark_interval=0.05) as api:
+    with FakeKubeAPI(bookmark_interval=0.05, kubelets=("node-a",)) as api:
         api.add_pod(pod("web"))
         ref = reflector(api.write_kubeconfig(tmp_path / "kubeconfig"), idle_timeout_seconds=30.0).start()
         try:

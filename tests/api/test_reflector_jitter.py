@@ -32,9 +32,9 @@ def test_relists_after_a_fleet_wide_410_are_spread(tmp_path: Path) -> None:
     """Twelve nodes' watches get 410 at the same instant (a compaction): their relists spread over the
     relist window instead of arriving together."""
     spread = 1.0
-    with FakeKubeAPI(bookmark_interval=0.05) as api:
+    nodes = [f"node-{i}" for i in range(12)]
+    with FakeKubeAPI(bookmark_interval=0.05, kubelets=nodes) as api:
         kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
-        nodes = [f"node-{i}" for i in range(12)]
         for node in nodes:
             api.add_pod(pod(f"p-{node}", node))
         refs = [PodReflector(node, kubeconfig=kubeconfig, resync_seconds=600.0, idle_timeout_seconds=5.0,

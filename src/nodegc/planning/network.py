@@ -24,7 +24,7 @@ from nodegc.model.resources import (
     VethLink,
 )
 from nodegc.planning.context import GONE, HOLDING, Context, reclass, short
-from nodegc.planning.owners import Resolution, netns_key, normalize_ip
+from nodegc.planning.owners import Resolution, entry_key, netns_key, normalize_ip
 from nodegc.planning.phases import hostport_rule_id
 
 
@@ -372,7 +372,7 @@ def _cache_entry(ctx: Context, entry: CNICacheEntry) -> None:
 
 
 def _netns(ctx: Context, ns: NetnsEntry) -> None:
-    entries = ctx.cache.by_netns.get(ns.name, [])
+    entries = ctx.cache.by_netns.get(entry_key(ns), [])
     finding: Finding
     if entries:
         resolutions = [ctx.owner_of(e) for e in entries]
@@ -434,7 +434,7 @@ def _veth(ctx: Context, link: VethLink) -> None:
     if ns_finding is None:
         where = "in this namespace" if link.peer_netnsid is None else f"in netns id {link.peer_netnsid}"
         ctx.add(Finding(FindingClass.UNKNOWN, Kind.VETH, link.name, Owner(), OwnerState.UNKNOWN,
-                          (f"peer lives {where}, not in a namespace of the netns directory",)))
+                          (f"peer lives {where}, not in a namespace of the netns directories",)))
         return
     cls = {
         FindingClass.IN_USE: FindingClass.IN_USE,

@@ -11,7 +11,7 @@ from tests.api.test_reflector import NODE, lists, pod, reflector
 def test_repeated_410_relists_back_off(tmp_path: Path) -> None:
     # Every watch from the list's resourceVersion is already "too old" (a busy cluster whose watch
     # window is smaller than the churn between list and watch). client-go backs off between relists.
-    with FakeKubeAPI(bookmark_interval=0.05) as api:
+    with FakeKubeAPI(bookmark_interval=0.05, kubelets=(NODE,)) as api:
         kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
         api.add_pod(pod("a1"))
         store_cls = type(api.store)
