@@ -18,7 +18,7 @@ from typing import Any, TextIO
 
 from nodegc import defaults
 from nodegc.console import fail, require_root
-from nodegc.desired.source import SourceError
+from nodegc.desired.source import SourceError, staleness
 from nodegc.engine.cycle import CycleReport, Engine, EngineSettings
 from nodegc.exitcodes import (
     EXIT_BLOCKED,
@@ -127,10 +127,16 @@ def cmd_scan(settings: ScanSettings) -> int:
     inventory, findings = detect(scan_node(settings.roots, settings.options), desired, now=datetime.now(UTC),
                                  policy=CorrelationPolicy(min_age_seconds=settings.options.min_age_seconds))
     blind = unseen(settings.roots, inventory, desired)
+    # A scan plans on any photo (it changes nothing), but says when clean --apply would refuse it.
+    stale = staleness(desired, now=datetime.now(UTC), max_age_seconds=defaults.MAX_DESIRED_AGE_SECONDS)
+    warnings = (*desired.warnings, *([stale] if stale else []))
+    for text in warnings:
+        log.warning("desired state", detail=text)
+        print(f"nodegc: warning: {text}", file=sys.stderr)
     report = Report(node=desired.node, source=desired.source, taken_at=inventory.taken_at,
                     findings=findings, problems=inventory.problems, unseen=tuple(blind),
                     ranges=range_usage(inventory, findings), range_problems=inventory.ip_range_problems,
-                    runtime=inventory.runtime)
+                    runtime=inventory.runtime, warnings=warnings)
     for p in inventory.problems:
         log.info("read problem", kind=p.kind.value, path=p.path, reason=p.reason)
     log.info("scan done", node=desired.node, findings=len(findings), residue=len(report.residue),

@@ -224,8 +224,9 @@ def add_runtime_flags(p: argparse.ArgumentParser, *, engine: bool = False) -> No
     g.add_argument("--runtime-timeout", type=seconds(">", 0), default=defaults.RUNTIME_TIMEOUT_SECONDS,
                    metavar="DURATION", help="upper bound for one CRI call (default: %(default)s)")
     g.add_argument("--runtime-state-dir", default=defaults.RUNTIME_STATE_DIR, metavar="DIR",
-                   help="containerd's state directory, whose sandbox dirs, task bundles and netns the runtime no"
-                        " longer lists are found (default: %(default)s; 'none': not read)")
+                   help="containerd's state directory, whose sandbox dirs, task bundles and shims the runtime no"
+                        " longer lists are found, and whose netns files are network namespaces (default:"
+                        " %(default)s; 'none': not read)")
     if not engine:
         return
     g.add_argument("--running-orphan-grace", type=seconds(">=", 0), default=defaults.RUNNING_ORPHAN_GRACE_SECONDS,

@@ -53,6 +53,8 @@ class Report:
     ranges: Sequence[RangeUsage] = ()
     range_problems: Sequence[str] = ()
     runtime: RuntimeView | None = None
+    warnings: Sequence[str] = ()
+    """What the desired state could not vouch for (stale, dated by its content, ...): the report still stands."""
 
     @property
     def residue(self) -> list[Finding]:
@@ -94,6 +96,7 @@ def report_doc(report: Report) -> dict[str, Any]:
         "findings": [finding_doc(f) for f in report.findings],
         "problems": [{"kind": p.kind.value, "path": p.path, "reason": p.reason} for p in report.problems],
         "unseen": list(report.unseen),
+        "warnings": list(report.warnings),
         "ipRanges": [range_doc(u) for u in report.ranges],
         "ipRangeProblems": list(report.range_problems),
     }
@@ -188,6 +191,7 @@ def render_table(report: Report, *, show_all: bool = False) -> str:
                          f.cls.value, f.kind.value, f.id))
     lines = [f"node {report.node}  source {report.source}  at {report.taken_at.isoformat(timespec='seconds')}",
              runtime_line(report.runtime)]
+    lines += [f"WARNING  {text}" for text in report.warnings]
     if rows:
         header = ("OWNER", "STATE", "CLASS", "KIND", "RESOURCE")
         widths = [max(len(r[i]) for r in [header, *rows]) for i in range(4)]

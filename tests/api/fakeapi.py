@@ -1089,6 +1089,9 @@ class FakeKubeAPI:
         self._drop_generation = 0
         self._expire_generation = 0
         self._stall_until = 0.0
+        self._stall_generation = 0
+        self._stall_seen: dict[int, int] = {}
+        """Open stream id -> the stall generation it has observed (so stall_watches can wait for it)."""
         self._open_watches = 0
         self._closing = threading.Event()
         self._server: _Server | None = None
@@ -1212,10 +1215,21 @@ class FakeKubeAPI:
         with self._lock:
             self._expire_generation += 1
 
-    def stall_watches(self, seconds: float) -> None:
-        """Keep watch streams (open and new) open but send nothing, bookmarks included, for `seconds`."""
+    def stall_watches(self, seconds: float, *, settle: float = 30.0) -> None:
+        """Keep watch streams (open and new) open but send nothing, bookmarks included, for `seconds`.
+
+        Returns once every open stream has seen the stall (at most `settle` seconds), so a change made
+        after this call is never sent on them while it lasts, however loaded the machine is."""
         with self._lock:
             self._stall_until = time.monotonic() + seconds
+            self._stall_generation += 1
+            generation = self._stall_generation
+        if seconds > 0:
+            self.wait_for(lambda: all(g >= generation for g in self._stall_seen_now()), timeout=settle)
+
+    def _stall_seen_now(self) -> list[int]:
+        with self._lock:
+            return list(self._stall_seen.values())
 
     def compact(self) -> int:
         """Drop the change history: watches/lists/continues from an older resourceVersion get 410."""
@@ -1357,6 +1371,7 @@ class FakeKubeAPI:
         with self._lock:
             drop_generation, expire_generation = self._drop_generation, self._expire_generation
             self._open_watches += 1
+            self._stall_seen[id(handler)] = self._stall_generation
         try:
             handler.start_stream()
             self._stream(handler, watch, drop_generation, expire_generation)
@@ -1367,6 +1382,7 @@ class FakeKubeAPI:
         finally:
             with self._lock:
                 self._open_watches -= 1
+                self._stall_seen.pop(id(handler), None)
 
     def _stream(
         self, handler: _RequestHandler, watch: WatchStream, drop_generation: int, expire_generation: int
@@ -1401,6 +1417,8 @@ class FakeKubeAPI:
                 dropped = self._drop_generation != drop_generation
                 expired = self._expire_generation != expire_generation
                 stalled = time.monotonic() < self._stall_until
+                # Between two passes of this loop nothing is sent: the stall is in force from here on.
+                self._stall_seen[id(handler)] = self._stall_generation
             if self._closing.is_set() or dropped:
                 handler.abort_stream()
                 return

@@ -14,7 +14,8 @@ import lightkube
 import pytest
 from lightkube.resources.core_v1 import Pod
 
-from nodegc.desired.kube import CHUNK_SIZE, KubeSource
+from nodegc.api.reads import CHUNK_SIZE
+from nodegc.desired.kube import KubeSource
 from nodegc.desired.source import SourceError
 from tests.api.fakeapi import FakeKubeAPI
 

@@ -30,7 +30,7 @@ def test_deleted_pod_is_reclaimed_within_grace_of_its_deletion_event(sandbox_nod
     node = sandbox_node
     live = node.add_pod("web", host_port=8080)
     doomed = node.add_pod("batch-1")
-    with FakeKubeAPI(bookmark_interval=0.5) as api:
+    with FakeKubeAPI(bookmark_interval=0.5, kubelets=(node.node_name,)) as api:
         for pod in (live, doomed):
             api.add_pod(node.pod_record(pod))
         kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")

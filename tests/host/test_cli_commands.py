@@ -256,3 +256,19 @@ def test_history_and_explain_documents(sandbox_node: SandboxNode, tmp_path: Path
     doc = json.loads(explained.stdout)
     assert (doc["kind"], doc["item"], doc["phase"]) == ("Explanation", item, "closed")
     assert [h["to"] for h in doc["history"]][-1] == "closed"
+
+
+def test_a_scan_on_a_stale_snapshot_reports_and_warns(sandbox_node: SandboxNode) -> None:
+    """clean refuses a day-old photo; scan reports on it (it changes nothing) but must say it is stale."""
+    snapshot = leaky_node(sandbox_node)
+    day_ago = time.time() - 86400
+    os.utime(snapshot, (day_ago, day_ago))
+    scan = nodegc("scan", "--pods-from", str(snapshot), *roots(sandbox_node), "--min-age", "0", "-o", "json")
+    # Everything on the node is younger than that photo: protected, not residue (the time rule).
+    assert scan.returncode == EXIT_CLEAN, scan.stderr
+    warnings = json.loads(scan.stdout)["warnings"]
+    assert any("older than 120s" in w for w in warnings), warnings
+    assert any("before the newest time its pods carry" in w for w in warnings), warnings
+    assert "nodegc: warning: the desired state" in scan.stderr
+    table = nodegc("scan", "--pods-from", str(snapshot), *roots(sandbox_node), "--min-age", "0")
+    assert "WARNING  the desired state" in table.stdout

@@ -170,7 +170,7 @@ def test_dashboard_queries_and_alert_expressions_on_a_real_prometheus(  # noqa: 
     (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
     r = node.roots
     with ExitStack() as stack:
-        api = stack.enter_context(FakeKubeAPI(bookmark_interval=0.5))
+        api = stack.enter_context(FakeKubeAPI(bookmark_interval=0.5, kubelets=(node.node_name,)))
         api.add("nodes", {"metadata": {"name": node.node_name}, "status": {"conditions": []}})
         api.add_pod(node.pod_record(live))
         _stale_slices(api)

@@ -165,13 +165,15 @@ def test_list_yaml(tmp_path: Path) -> None:
     assert all(p.created_at == datetime(2024, 5, 1, 10, 0, tzinfo=UTC) for p in state.pods)
 
 
-def test_single_pod_json_and_yaml(tmp_path: Path) -> None:
+def test_a_single_pod_is_refused_in_json_and_yaml(tmp_path: Path) -> None:
+    """One pod can never show that another is absent: it is no node's desired state."""
     as_json = tmp_path / "pod.json"
     as_json.write_text(json.dumps(obj("solo", phase="Running"), indent=2))
     as_yaml = tmp_path / "pod.yaml"
     as_yaml.write_text(yaml.safe_dump(obj("solo", phase="Running")))
     for path in (as_json, as_yaml):
-        assert [p.name for p in snap(path, "node-a").fetch().pods] == ["solo"]
+        with pytest.raises(SourceError, match="single Pod"):
+            snap(path, "node-a").fetch()
 
 
 def test_empty_list_for_a_given_node(tmp_path: Path) -> None:

@@ -116,3 +116,14 @@ def test_range_series_follow_the_ranges_and_watch_counters_are_counters() -> Non
     assert s[("nodegc_reflector_relists_total", (("reason", "resync"),))] == 4
     assert s[("nodegc_reflector_events_total", (("type", "added"),))] == 5
     assert s[("nodegc_reflector_events_total", (("type", "bookmark"),))] == 0
+
+
+def test_runtime_gauges_running_orphans_and_orphan_shims() -> None:
+    m = Metrics()
+    m.runtime(True, 1, orphan_shims=2)
+    s = _samples(m)
+    assert s[("nodegc_runtime_up", ())] == 1
+    assert s[("nodegc_running_orphan_sandboxes", ())] == 1
+    assert s[("nodegc_orphan_shims", ())] == 2
+    m.runtime(None, 0)
+    assert _samples(m)[("nodegc_orphan_shims", ())] == 0

@@ -11,10 +11,19 @@ plus a relist now and then. The cache must never be trusted blindly, so it is re
 A watch that merely ends (server timeout, dropped connection) is resumed from the last resourceVersion
 seen, without a relist, as client-go does.
 
-The view is fresh as of the last successful list, or event or bookmark received on a live watch, so a
-stalled or failing cache ages and its users refuse to act on it. A list whose resourceVersion is older
+The view is fresh as of the last successful list, or the last event or bookmark that moved its
+resourceVersion forward, so a stalled or failing cache ages and its users refuse to act on it. A bookmark
+at the resourceVersion already held proves the connection lives, not that the server's cache is current:
+a bookmark carries the watch cache's own resourceVersion, sent on a timer whether or not that cache still
+hears from etcd (KEP-956; KEP-3157 describes the timer), so it does not refresh the view. With a
+`witness` (the agent's node Lease, `nodegc.api.currency`), every list is proven current the way the
+one-shot list is, and dated at the witness's time. A list whose resourceVersion is older
 than one already seen (a lagging cache or API server) is not applied; after `max_stale_lists` such answers
 in a row it is taken anyway, since resourceVersions can go backwards after an etcd restore.
+
+Ownership: `stop()` then `start()` while a list is in flight (a controller losing and regaining its
+leadership) leaves the old thread to finish that request; every run has its own stop flag and generation,
+and a thread whose generation is not the cache's current one changes nothing and ends.
 
 Fleet scale: every wait is jittered, so thousands of agents that lost their watches in the same API outage
 do not come back in lock-step. Retries back off exponentially with each delay drawn from [0.5, 1.5) of its
@@ -40,8 +49,10 @@ import httpx2
 import lightkube
 
 from nodegc.api.client import make_client
-from nodegc.api.errors import KubeError, call
+from nodegc.api.currency import NotCurrent, Witness, check_list
+from nodegc.api.errors import KubeError
 from nodegc.api.objects import resource_version_number
+from nodegc.api.reads import list_all
 from nodegc.api.streaming import WatchRequests
 from nodegc.hostio.clock import utcnow
 from nodegc.observe.logs import get_logger
@@ -53,7 +64,6 @@ T = TypeVar("T")
 COUNTERS = ("lists", "watches", "resyncs", "stale_lists", "relists_gone", "relists_stalled", "relists_error")
 EVENT_TYPES = ("ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR")
 """Watch events are counted by type under `events_<type>` (for metrics)."""
-CHUNK_SIZE = 500
 RETRY_JITTER = 0.5
 """A retry delay is drawn from [1 - j, 1 + j) times its nominal value."""
 RESYNC_JITTER = 0.2
@@ -84,6 +94,18 @@ class _Relist(Exception):
 
 class _WatchFailed(Exception):
     """The watch request failed without saying the resourceVersion is gone: retry the watch."""
+
+
+class _Superseded(Exception):
+    """This thread's run was stopped (and maybe another started): it changes nothing more and ends."""
+
+
+@dataclass(frozen=True)
+class _Run:
+    """One start() of the cache: its generation and its own stop flag."""
+
+    generation: int
+    stopping: threading.Event
 
 
 @dataclass(frozen=True)
@@ -132,6 +154,7 @@ class Reflector(Generic[T]):
         clock: Callable[[], datetime] = utcnow,
         on_delete: Callable[[T], None] | None = None,
         rng: random.Random | None = None,
+        witness: Callable[[lightkube.Client], Witness] | None = None,
     ) -> None:
         self.what = what
         self.cache_label = cache_label or f"{what} cache"
@@ -157,6 +180,8 @@ class Reflector(Generic[T]):
         self._clock = clock
         self._on_delete = on_delete
         self._rng = rng or random.Random()  # noqa: S311 - jitter, not secrets
+        self._witness = witness
+        """Read live right before every list; the list must not be older (`nodegc.api.currency`)."""
 
         self._lock = threading.Lock()
         self._items: dict[str, T] = {}
@@ -165,12 +190,16 @@ class Reflector(Generic[T]):
         self._last_error: str | None = None
         self._rv: str | None = None
         self._high_rv: int | None = None
+        self._floor_rv: int | None = None
+        """The newest resourceVersion seen outside the view (live GETs): no list may be older."""
         self._stale_lists = 0
         self._response: httpx2.Response | None = None
         self._watches: WatchRequests | None = None
         self._counters: dict[str, int] = dict.fromkeys(COUNTERS, 0)
         self._synced = threading.Event()
+        self._generation = 0
         self._stopping = threading.Event()
+        self._relist_wanted = threading.Event()
         self._thread: threading.Thread | None = None
 
     # lifecycle
@@ -181,19 +210,24 @@ class Reflector(Generic[T]):
             return self
         self._watch_requests()  # a client that cannot watch fails here, not inside the thread
         with self._lock:  # a restarted cache proves nothing until it has listed again
+            self._generation += 1
+            run = _Run(generation=self._generation, stopping=threading.Event())
+            self._stopping = run.stopping
             self._synced.clear()
             self._items = {}
             self._fresh_at = None
             self._rv = None
-        self._stopping.clear()
-        self._thread = threading.Thread(target=self._run, name=self._thread_name, daemon=True)
+            self._relist_wanted.clear()
+        self._thread = threading.Thread(target=self._run, args=(run,), name=self._thread_name, daemon=True)
         self._thread.start()
         return self
 
     def stop(self, timeout: float = 5.0) -> None:
-        self._stopping.set()
         with self._lock:
+            self._stopping.set()
+            self._generation += 1  # whatever the old thread still does is no longer this cache's
             response = self._response
+            self._response = None
         if response is not None:
             # the watch thread may be reading it; it sees the stop flag next
             with contextlib.suppress(httpx2.HTTPError, OSError, RuntimeError):
@@ -205,6 +239,23 @@ class Reflector(Generic[T]):
             self._client.close()
             self._client = None
             self._watches = None
+
+    def request_relist(self, reason: str) -> None:
+        """The view was proven out of date (a live GET found what it lacks): list again, now."""
+        log.warning("cache proven out of date; relisting", cache=self.what, reason=reason)
+        self._relist_wanted.set()
+        with self._lock:
+            response = self._response
+        if response is not None:
+            with contextlib.suppress(httpx2.HTTPError, OSError, RuntimeError):
+                response.close()
+
+    def note_resource_version(self, rv: int | None) -> None:
+        """A resourceVersion read outside the view (a live GET): no later list may be older."""
+        if rv is None:
+            return
+        with self._lock:
+            self._floor_rv = rv if self._floor_rv is None else max(self._floor_rv, rv)
 
     def wait_synced(self, timeout: float | None = None) -> bool:
         """Block until the first list is in (True) or `timeout` passes (False)."""
@@ -233,6 +284,16 @@ class Reflector(Generic[T]):
             return CacheView(items=tuple(self._items.values()), fresh_at=self._fresh_at,
                              resource_version=self._high_rv)
 
+    def resource_version(self) -> int | None:
+        """The newest resourceVersion the view has applied (never a request)."""
+        with self._lock:
+            return self._high_rv
+
+    def holds(self, key: str) -> bool:
+        """Whether the view holds an item of that key now (never a request)."""
+        with self._lock:
+            return key in self._items
+
     def stats(self) -> dict[str, int]:
         """Counters of lists, watches, relists by cause and events by type (for metrics and benchmarks)."""
         with self._lock:
@@ -243,15 +304,19 @@ class Reflector(Generic[T]):
 
     # the watch thread
 
-    def _run(self) -> None:  # noqa: PLR0915 - one loop, and one place for every way it can fail
+    def _run(self, run: _Run) -> None:  # noqa: PLR0915 - one loop, and one place for every way it can fail
         failures = 0
         relists = 0  # relists in a row with no watch that worked in between: backed off after the first
         need_list = True
         next_resync = 0.0
-        while not self._stopping.is_set():
+        stopping = run.stopping
+        while not stopping.is_set():
             try:
+                if self._relist_wanted.is_set():
+                    self._relist_wanted.clear()
+                    need_list = True
                 if need_list:
-                    self._relist()
+                    self._relist(run)
                     need_list = False
                     failures = 0
                     next_resync = time.monotonic() + self.resync_delay()
@@ -259,12 +324,14 @@ class Reflector(Generic[T]):
                     self._count("resyncs")
                     need_list = True
                     continue
-                if self._watch(until=next_resync):
+                if self._watch(run, until=next_resync):
                     failures = 0
                     relists = 0
                 else:
                     failures += 1  # ended without a single line: do not spin
-                    self._backoff(failures)
+                    self._backoff(run, failures)
+            except _Superseded:
+                break
             except _Relist as e:
                 self._count(f"relists_{e.reason}")
                 log.info("watch needs a relist", cache=self.what, reason=e.reason, detail=str(e))
@@ -273,25 +340,31 @@ class Reflector(Generic[T]):
                 if relists > 1:
                     # A watch that keeps failing right after each list (410 on every watch, a persistent
                     # ERROR) must not turn into a list loop against the API server.
-                    self._backoff(relists - 1)
+                    self._backoff(run, relists - 1)
                 elif e.reason in _FLEET_WIDE:
                     # Every cache of the fleet may have lost its watch at the same moment (an API server
                     # restart, a compaction, a stalled server): spread the relists.
-                    self._stopping.wait(self._relist_spread * self._rng.random())
+                    stopping.wait(self._relist_spread * self._rng.random())
             except KubeError as e:
+                if stopping.is_set():
+                    break
                 failures += 1
                 self._note_error(str(e))
                 log.warning("list failed", cache=self.what, error=str(e), attempt=failures)
-                self._backoff(failures)
+                self._backoff(run, failures)
             except (_WatchFailed, httpx2.HTTPError, OSError) as e:
-                if self._stopping.is_set():
+                if stopping.is_set():
                     break
+                if self._relist_wanted.is_set():
+                    continue  # request_relist closed the stream
                 failures += 1
                 detail = f"{type(e).__name__}: {e}"
                 self._note_error(f"watch failed: {detail}")
                 log.info("watch broke; resuming", cache=self.what, error=detail, resource_version=self._rv)
-                self._backoff(failures)
+                self._backoff(run, failures)
             except Exception as e:
+                if stopping.is_set():
+                    break
                 # Anything else (a parser's RecursionError on a hostile line, a bug): the thread must not die
                 # while `running` says it lives. Relist from scratch, backed off; the view goes stale meanwhile.
                 failures += 1
@@ -299,36 +372,28 @@ class Reflector(Generic[T]):
                 self._note_error(f"watch or list failed: {detail}")
                 log.exception("cache loop failed; relisting", cache=self.what, error=detail)
                 need_list = True
-                self._backoff(failures)
+                self._backoff(run, failures)
+
+    def _owned(self, run: _Run) -> None:
+        """Raise _Superseded unless `run` is the cache's current one (call with the lock held)."""
+        if run.generation != self._generation or run.stopping.is_set():
+            raise _Superseded
 
     def resync_delay(self) -> float:
         """Seconds until the next periodic relist: the resync period stretched by a random 0 to 20 %."""
         return self._resync * (1.0 + RESYNC_JITTER * self._rng.random())
 
-    def _backoff(self, failures: int) -> None:
-        self._stopping.wait(backoff_delay(failures, base=self._retry, cap=self._max_retry, rng=self._rng))
+    def _backoff(self, run: _Run, failures: int) -> None:
+        run.stopping.wait(backoff_delay(failures, base=self._retry, cap=self._max_retry, rng=self._rng))
 
-    def _list_objects(self) -> tuple[list[dict[str, Any]], str | None]:
-        """Every object (paged), and the resourceVersion of that consistent list (no resourceVersion is
-        asked: a quorum read). Any failure on any page raises KubeError."""
-        client = self._require_client()
-
-        def fetch() -> tuple[list[dict[str, Any]], str | None]:
-            fields: dict[str, Any] | None = dict(self._fields) or None
-            items = client.list(self._resource, namespace=lightkube.ALL_NS, chunk_size=CHUNK_SIZE, fields=fields)
-            objects = [_plain(item) for item in items]
-            try:
-                rv: str | None = items.resourceVersion
-            except lightkube.NotReadyError:
-                rv = None  # an empty first page without metadata: a watch then starts from "now"
-            return objects, rv
-
-        return call(f"listing {self.what}", fetch, timeout=self._request_timeout)
-
-    def _relist(self) -> None:
+    def _relist(self, run: _Run) -> None:
         started = self._clock()
         self._count("lists")
-        objects, rv = self._list_objects()
+        client = self._require_client()
+        witness = self._witness(client) if self._witness is not None else None
+        objects, rv = list_all(client, self._resource, what=f"listing {self.what}", fields=self._fields,
+                               timeout=self._request_timeout)
+        fresh_at = started if witness is None else self._proven(witness, rv, objects, started)
         items: dict[str, T] = {}
         for index, obj in enumerate(objects):
             try:
@@ -336,12 +401,14 @@ class Reflector(Generic[T]):
             except ValueError as e:
                 why = f"{self._noun} #{index} from the API cannot be identified: {e}"
                 with self._lock:
+                    self._owned(run)
                     self._invalid = why
                 raise KubeError(why) from e
             if self._keep(item):
                 items[self._key(item)] = item
         number = resource_version_number(rv)
         with self._lock:
+            self._owned(run)
             if number is not None and self._high_rv is not None and number < self._high_rv:
                 self._stale_lists += 1
                 self._counters["stale_lists"] += 1
@@ -357,14 +424,33 @@ class Reflector(Generic[T]):
             self._rv = rv
             if number is not None:
                 self._high_rv = number if self._high_rv is None else max(self._high_rv, number)
-            self._fresh_at = started
+            self._fresh_at = fresh_at
             self._invalid = None
             self._last_error = None
         self._synced.set()
         for item in gone:
             self._notify_delete(item)
 
-    def _watch(self, *, until: float) -> bool:
+    def _proven(self, witness: Witness, rv: str | None, objects: list[dict[str, Any]], started: datetime) -> datetime:
+        """The list checked against the witness read right before it (NotCurrent), and the time it is
+        current as of: the witness's, never later than the list."""
+        with self._lock:
+            # After `max_stale_lists` refusals in a row the server's history may have restarted (an etcd
+            # restore): a version seen before no longer bounds it; the witness still does.
+            floor = self._floor_rv if self._stale_lists < self._max_stale_lists else None
+        try:
+            check_list(rv, objects, what=self.what, witness=witness, high_rv=floor)
+        except NotCurrent:
+            with self._lock:
+                self._stale_lists += 1
+                self._counters["stale_lists"] += 1
+            raise
+        if floor is None:
+            with self._lock:
+                self._floor_rv = None
+        return min(started, witness.at)
+
+    def _watch(self, run: _Run, *, until: float) -> bool:
         """One watch request; True when at least one line arrived. Returns when the stream ends cleanly
         or the resync is due; raises _Relist, _WatchFailed or httpx errors."""
         watches = self._watch_requests()
@@ -387,18 +473,23 @@ class Reflector(Generic[T]):
                 return True
             raise _Relist("stalled", f"no answer to the watch for {self._idle_timeout:g}s") from e
         with self._lock:
+            if run.generation != self._generation or run.stopping.is_set():
+                response.close()
+                raise _Superseded
             self._response = response
         got_line = False
         try:
+            if self._relist_wanted.is_set():
+                return True  # asked for while this request was being opened (request_relist found none)
             if response.status_code != 200:
                 self._raise_for_watch_status(response)
             for line in response.iter_lines():
-                if self._stopping.is_set():
+                if run.stopping.is_set() or self._relist_wanted.is_set():
                     return True
                 if not line.strip():
                     continue
                 got_line = True
-                self._apply(line)
+                self._apply(run, line)
                 if time.monotonic() >= until:
                     return True
             return got_line
@@ -408,7 +499,8 @@ class Reflector(Generic[T]):
             raise _Relist("stalled", f"no event nor bookmark for {self._idle_timeout:g}s") from e
         finally:
             with self._lock:
-                self._response = None
+                if self._response is response:
+                    self._response = None
             response.close()
 
     def _raise_for_watch_status(self, response: httpx2.Response) -> None:
@@ -418,7 +510,7 @@ class Reflector(Generic[T]):
             raise _Relist("gone", "watch answered 410 Gone")
         raise _WatchFailed(f"watch answered HTTP {code} {response.reason_phrase}")
 
-    def _apply(self, line: str) -> None:
+    def _apply(self, run: _Run, line: str) -> None:
         try:
             event = json.loads(line)
         except ValueError as e:
@@ -437,7 +529,7 @@ class Reflector(Generic[T]):
         meta = obj.get("metadata")
         rv = meta.get("resourceVersion") if isinstance(meta, Mapping) else None
         if kind == "BOOKMARK":
-            self._advance(str(rv) if rv is not None else None)
+            self._advance(run, str(rv) if rv is not None else None)
             return
         if kind not in ("ADDED", "MODIFIED", "DELETED"):
             log.info("unknown watch event type ignored", cache=self.what, type=str(kind))
@@ -446,11 +538,13 @@ class Reflector(Generic[T]):
             item = self._parse(obj)
         except ValueError as e:
             with self._lock:
+                self._owned(run)
                 self._invalid = f"a {kind} event carries a {self._noun} that cannot be identified: {e}"
             raise _Relist("error", f"unidentifiable {self._noun} in a {kind} event") from e
         deleted: T | None = None
         key = self._key(item)
         with self._lock:
+            self._owned(run)
             if kind == "DELETED":
                 self._items.pop(key, None)
                 deleted = item
@@ -458,23 +552,24 @@ class Reflector(Generic[T]):
                 self._items.pop(key, None)  # a server that ignored the selector
             else:
                 self._items[key] = item
-        self._advance(str(rv) if rv is not None else None)
+        self._advance(run, str(rv) if rv is not None else None)
         if deleted is not None:
             self._notify_delete(deleted)
 
-    def _advance(self, rv: str | None) -> None:
-        """The watch spoke: the view is fresh as of now, unless it is replaying history behind a list."""
+    def _advance(self, run: _Run, rv: str | None) -> None:
+        """The watch moved forward: the view is fresh as of now. Not when it replays history behind a list,
+        nor for a bookmark at the resourceVersion already held (or without one): a watch cache cut off
+        from its store still sends those, on a timer, so they prove the stream lives, not that the view is
+        current."""
         now = self._clock()
         number = resource_version_number(rv)
         with self._lock:
+            self._owned(run)
             if rv is not None:
                 self._rv = rv
-            # Only a resourceVersion the server vouches for dates the view: a bookmark without one proves
-            # nothing about how current the server's cache is.
-            if number is not None and (self._high_rv is None or number >= self._high_rv):
+            if number is not None and (self._high_rv is None or number > self._high_rv):
                 self._fresh_at = now
-                if number is not None:
-                    self._high_rv = number
+                self._high_rv = number
 
     def _notify_delete(self, item: T) -> None:
         if self._on_delete is None:
@@ -502,15 +597,3 @@ class Reflector(Generic[T]):
         with self._lock:
             self._last_error = message
 
-
-def _plain(item: Any) -> dict[str, Any]:
-    """A typed lightkube object, or a generic resource (a dict whose metadata may be a model), as JSON."""
-    to_dict = getattr(item, "to_dict", None)
-    if callable(to_dict) and not isinstance(item, dict):
-        plain: dict[str, Any] = to_dict()
-        return plain
-    plain = dict(item)
-    meta = plain.get("metadata")
-    if meta is not None and not isinstance(meta, Mapping):
-        plain["metadata"] = meta.to_dict()
-    return plain

@@ -7,41 +7,32 @@ make the missing pods' resources look like residue.
 
 A list must also prove it is current before it may drive destructive steps (`prove_current`, the
 default; `scan` turns it off): a lagging API server, cache or proxy answers with an old photograph that
-looks fresh. The proof is the node's own Lease (kube-node-lease/<node>), which its kubelet renews every
-10 s: it is read with a live GET right before the list, and
-- the list's resourceVersion must not be older than the Lease's (a consistent list taken after the GET
-  cannot be), nor older than any resourceVersion this source has seen (earlier lists, live GETs);
-- the Lease must have been renewed within `max_lease_age_seconds` (40 s, the kubelet's default lease
-  duration) by this node's clock: an old renewal is an old answer, or a kubelet that is not running;
-- the photograph is dated at the Lease's renewal, never later than the list, so its age counts from
-  the last moment it is known to be current.
-A live GET that finds a pod on this node that the list lacks proves the list out of date: the GET
-raises, and nothing more proceeds on that list. Any failure of the proof is a SourceError (nothing
-destructive happens), with the reason.
+looks fresh. The proof (`nodegc.api.currency`) is the node's own Lease, read live right before the list:
+the list may not be older than the Lease, nor than any resourceVersion this source has seen (earlier
+lists, live GETs), and the photograph is dated at the Lease's renewal. A live GET that finds a pod on this
+node that the list lacks proves the list out of date (`check_listed`): the GET raises, and nothing more
+proceeds on that list. Any failure of the proof is a SourceError (nothing destructive happens), with the
+reason. The agent's pod watch (`desired.reflector`) proves its lists and checks its live GETs the same way.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from datetime import UTC, datetime
+from collections.abc import Callable, Container
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import lightkube
-from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Pod as PodResource
 
 from nodegc.api.client import make_client
-from nodegc.api.errors import KubeError, call, get_or_none
-from nodegc.api.objects import object_resource_version, pod_from_object, resource_version_number
+from nodegc.api.currency import MAX_LEASE_AGE_SECONDS, check_list, node_lease_witness
+from nodegc.api.errors import KubeError
+from nodegc.api.objects import object_resource_version, pod_from_object
+from nodegc.api.reads import get_live, list_all
 from nodegc.desired.source import SourceError
 from nodegc.hostio.clock import utcnow
 from nodegc.model.pods import DesiredState, Pod
-
-CHUNK_SIZE = 500
-NODE_LEASE_NAMESPACE = "kube-node-lease"
-MAX_LEASE_AGE_SECONDS = 40.0
-"""The kubelet's default node lease duration; it renews every quarter of it (10 s)."""
 
 
 class KubeSource:
@@ -77,7 +68,14 @@ class KubeSource:
     def fetch(self) -> DesiredState:
         client = self._get_client()
         fetched_at = self._clock()
-        witness = self._witness(client, fetched_at) if self.prove_current else None
+        witness = None
+        if self.prove_current:
+            try:
+                witness = node_lease_witness(client, self.node, now=fetched_at,
+                                             max_age_seconds=self._max_lease_age)
+            except KubeError as e:
+                raise SourceError(str(e)) from e.__cause__
+            self._note_rv(witness.rv)
         objects, rv = list_node_pods(client, self.node, timeout=self._timeout)
         pods: list[Pod] = []
         for index, obj in enumerate(objects):
@@ -90,9 +88,13 @@ class KubeSource:
             if pod.node_name == self.node:
                 pods.append(pod)
         if witness is not None:
-            lease_rv, renewed_at = witness
-            self._check_list(rv, objects, lease_rv)
-            fetched_at = min(fetched_at, renewed_at)
+            try:
+                self._list_rv = check_list(rv, objects, what=f"node {self.node}'s pods", witness=witness,
+                                           high_rv=self._high_rv)
+            except KubeError as e:
+                raise SourceError(str(e)) from e
+            self._note_rv(self._list_rv)
+            fetched_at = min(fetched_at, witness.at)
             self._listed = {p.uid: p for p in pods}
         return DesiredState(node=self.node, pods=tuple(pods), source=self.name, fetched_at=fetched_at)
 
@@ -102,19 +104,12 @@ class KubeSource:
         obj = get_pod_object(client, namespace, name)
         if obj is None:
             return None
-        what = f"getting pod {namespace}/{name}"
-        try:
-            pod = pod_from_object(obj)
-        except ValueError as e:
-            raise SourceError(f"{what}: the pod cannot be identified: {e}") from e
+        pod = parse_live_pod(obj, namespace, name)
         if self.prove_current:
             self._note_rv(object_resource_version(obj))
-            listed = self._listed
-            if listed is not None and pod.node_name == self.node and pod.uid not in listed:
-                raise SourceError(
-                    f"the list of node {self.node}'s pods (resourceVersion {self._list_rv}) is out of date: "
-                    f"pod {namespace}/{name} uid {pod.uid} is bound to this node and the list lacks it"
-                )
+            if self._listed is not None:
+                check_listed(pod, node=self.node, listed=self._listed,
+                             what=f"the list of node {self.node}'s pods (resourceVersion {self._list_rv})")
         return pod
 
     def close(self) -> None:
@@ -127,54 +122,6 @@ class KubeSource:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    # --- the proof that a list is current ----------------------------------------------------------
-
-    def _witness(self, client: lightkube.Client, now: datetime) -> tuple[int, datetime]:
-        """The node Lease's resourceVersion and renewal time, read live right before the list."""
-        what = f"getting the node Lease {NODE_LEASE_NAMESPACE}/{self.node}"
-        cannot = f"cannot prove the list of node {self.node}'s pods is current"
-        try:
-            lease = get_or_none(what, lambda: client.get(Lease, name=self.node, namespace=NODE_LEASE_NAMESPACE))
-        except KubeError as e:
-            raise SourceError(f"{cannot}: {e}") from e.__cause__
-        if lease is None:
-            raise SourceError(f"{cannot}: the node Lease {NODE_LEASE_NAMESPACE}/{self.node} does not exist")
-        rv = resource_version_number(lease.metadata.resourceVersion if lease.metadata else None)
-        renewed = lease.spec.renewTime if lease.spec is not None else None
-        if rv is None or not isinstance(renewed, datetime):
-            raise SourceError(f"{cannot}: the node Lease has no numeric resourceVersion or no renewTime")
-        if renewed.tzinfo is None:
-            renewed = renewed.replace(tzinfo=UTC)
-        age = (now - renewed).total_seconds()
-        if age > self._max_lease_age:
-            raise SourceError(
-                f"{cannot}: the node Lease was renewed {age:.0f}s ago (more than {self._max_lease_age:g}s): "
-                "an old answer, or a kubelet that is not running"
-            )
-        self._note_rv(rv)
-        return rv, renewed
-
-    def _check_list(self, rv: str | None, objects: list[dict[str, Any]], lease_rv: int) -> None:
-        number = resource_version_number(rv)
-        prefix = f"the list of node {self.node}'s pods"
-        if number is None:
-            raise SourceError(f"{prefix} has no numeric resourceVersion ({rv!r}): it cannot prove it is current")
-        if number < lease_rv:
-            raise SourceError(
-                f"{prefix} is at resourceVersion {number}, older than the node Lease read just before it "
-                f"({lease_rv}): a lagging API server, cache or proxy"
-            )
-        if self._high_rv is not None and number < self._high_rv:
-            raise SourceError(
-                f"{prefix} is at resourceVersion {number}, older than {self._high_rv} already seen: "
-                "a lagging API server, cache or proxy"
-            )
-        newest = max((n for obj in objects if (n := object_resource_version(obj)) is not None), default=None)
-        if newest is not None and newest > number:
-            raise SourceError(f"{prefix} at resourceVersion {number} holds a pod at {newest}: inconsistent")
-        self._list_rv = number
-        self._note_rv(number)
 
     def _note_rv(self, rv: int | None) -> None:
         if rv is not None:
@@ -197,49 +144,33 @@ def build_client(kubeconfig: Path | None, *, timeout: float) -> lightkube.Client
 def list_node_pods(
     client: lightkube.Client, node: str, *, timeout: float
 ) -> tuple[list[dict[str, Any]], str | None]:
-    """Every pod bound to `node` (paged), and the resourceVersion of that consistent list.
-
-    No resourceVersion is sent, so the API server answers from a quorum read (never its possibly lagging
-    watch cache), and the continue token keeps every page at the first page's resourceVersion. Any failure
-    on any page raises: a partial list would make the missing pods' resources look like residue.
-    """
-
-    def fetch() -> tuple[list[dict[str, Any]], str | None]:
-        items = client.list(
-            PodResource,
-            namespace=lightkube.ALL_NS,
-            chunk_size=CHUNK_SIZE,
-            fields={"spec.nodeName": node},
-        )
-        objects = [item.to_dict() for item in items]
-        try:
-            rv: str | None = items.resourceVersion
-        except lightkube.NotReadyError:
-            rv = None  # an empty first page without metadata: a watch then starts from "now"
-        return objects, rv
-
+    """Every pod bound to `node` (paged, a quorum read), and the resourceVersion of that consistent list;
+    any failure on any page raises SourceError."""
     try:
-        return call(f"listing pods of node {node}", fetch, timeout=timeout)
+        return list_all(client, PodResource, what=f"listing pods of node {node}", fields={"spec.nodeName": node},
+                        timeout=timeout)
     except KubeError as e:
         raise SourceError(str(e)) from e.__cause__
 
 
 def get_pod_object(client: lightkube.Client, namespace: str, name: str) -> dict[str, Any] | None:
     """A live GET of one pod as JSON (None on 404): the terminate phase's fresh read, never a cache."""
-    what = f"getting pod {namespace}/{name}"
     try:
-        obj = get_or_none(what, lambda: client.get(PodResource, name=name, namespace=namespace))
+        return get_live(client, PodResource, namespace=namespace, name=name, what=f"getting pod {namespace}/{name}")
     except KubeError as e:
         raise SourceError(str(e)) from e.__cause__
-    return None if obj is None else obj.to_dict()
 
 
-def get_pod_live(client: lightkube.Client, namespace: str, name: str) -> Pod | None:
-    """A live GET of one pod (None on 404): the terminate phase's fresh read, never a cache."""
-    obj = get_pod_object(client, namespace, name)
-    if obj is None:
-        return None
+def parse_live_pod(obj: dict[str, Any], namespace: str, name: str) -> Pod:
     try:
         return pod_from_object(obj)
     except ValueError as e:
         raise SourceError(f"getting pod {namespace}/{name}: the pod cannot be identified: {e}") from e
+
+
+def check_listed(pod: Pod, *, node: str, listed: Container[str], what: str) -> None:
+    """A live GET found `pod`: bound to this node with a UID the list (or cache) lacks, it proves that list
+    out of date, whatever else it says (SourceError)."""
+    if pod.node_name == node and pod.uid not in listed:
+        raise SourceError(f"{what} is out of date: pod {pod.namespace}/{pod.name} uid {pod.uid} is bound to this"
+                          " node and the list lacks it")

@@ -3,9 +3,15 @@
 The machinery (list, watch with bookmarks, relist on 410, ERROR, stall and every resync, resourceVersion
 checks, jittered retries) is `nodegc.api.reflector.Reflector`; this is its pod-of-one-node flavour and the
 `DesiredSource` the engine reads. `fetch()` reports `fetched_at` = the last time the view was known fresh
-(a successful list, or an event or bookmark received on a live watch), so a stalled or failing reflector
-ages and the engine's `stale_source` guard blocks reclaim. A pod that cannot be identified makes the
-whole view untrusted until a relist succeeds.
+(a successful list, or an event or bookmark that moved its resourceVersion forward), so a stalled or
+failing reflector ages and the engine's `stale_source` guard blocks reclaim. A pod that cannot be
+identified makes the whole view untrusted until a relist succeeds.
+
+The proof of currency is the one-shot list's (`desired.kube`, `nodegc.api.currency`): every list is
+checked against the node Lease read live right before it and dated at the Lease's renewal; a live GET
+(terminate's fresh read) that finds a pod bound to this node that the view lacks proves the view out of
+date: it raises (nothing more proceeds on that view) and the cache relists. Live GETs' resourceVersions
+also bound the lists that follow.
 """
 
 from __future__ import annotations
@@ -18,10 +24,11 @@ from pathlib import Path
 import lightkube
 from lightkube.resources.core_v1 import Pod as PodResource
 
+from nodegc.api.currency import MAX_LEASE_AGE_SECONDS, Witness, node_lease_witness
 from nodegc.api.errors import KubeError
-from nodegc.api.objects import pod_from_object
+from nodegc.api.objects import object_resource_version, pod_from_object
 from nodegc.api.reflector import COUNTERS, CacheUnusable, Reflector
-from nodegc.desired.kube import get_pod_live
+from nodegc.desired.kube import check_listed, get_pod_object, parse_live_pod
 from nodegc.desired.source import SourceError
 from nodegc.hostio.clock import utcnow
 from nodegc.model.pods import DesiredState, Pod
@@ -55,9 +62,15 @@ class PodReflector(Reflector[Pod]):
         clock: Callable[[], datetime] = utcnow,
         on_delete: Callable[[Pod], None] | None = None,
         rng: random.Random | None = None,
+        prove_current: bool = True,
+        max_lease_age_seconds: float = MAX_LEASE_AGE_SECONDS,
     ) -> None:
         if not node:
             raise ValueError("node must be a non-empty node name")
+
+        def lease(client: lightkube.Client) -> Witness:
+            return node_lease_witness(client, node, now=clock(), max_age_seconds=max_lease_age_seconds)
+
         super().__init__(
             PodResource, what=f"pods of node {node}", noun="pod", cache_label=f"pod cache of node {node}",
             thread_name=f"pod-reflector-{node}",
@@ -67,9 +80,10 @@ class PodReflector(Reflector[Pod]):
             idle_timeout_seconds=idle_timeout_seconds, request_timeout=request_timeout,
             retry_seconds=retry_seconds, max_retry_seconds=max_retry_seconds,
             relist_spread_seconds=relist_spread_seconds, max_stale_lists=max_stale_lists, clock=clock,
-            on_delete=on_delete, rng=rng,
+            on_delete=on_delete, rng=rng, witness=lease if prove_current else None,
         )
         self.node = node
+        self.prove_current = prove_current
         self.name = "kube"
 
     def start(self) -> PodReflector:
@@ -97,9 +111,35 @@ class PodReflector(Reflector[Pod]):
         return DesiredState(node=self.node, pods=pods, source=self.name, fetched_at=view.fresh_at)
 
     def get_pod(self, namespace: str, name: str) -> Pod | None:
-        """A live GET (never the cache): the terminate phase's fresh read."""
+        """A live GET (never the cache): the terminate phase's fresh read. A pod bound to this node that the
+        view lacks proves the view out of date: SourceError, and the cache relists."""
         try:
             client = self.client()
         except KubeError as e:
             raise SourceError(str(e)) from e
-        return get_pod_live(client, namespace, name)
+        obj = get_pod_object(client, namespace, name)
+        if obj is None:
+            return None
+        pod = parse_live_pod(obj, namespace, name)
+        if self.prove_current:
+            self.note_resource_version(object_resource_version(obj))
+            try:
+                check_listed(pod, node=self.node, listed=_Holding(self),
+                             what=f"the pod cache of node {self.node}")
+            except SourceError as e:
+                held, got = self.resource_version(), object_resource_version(obj)
+                if held is not None and got is not None and got <= held:
+                    # Not a race with an event still on its way: the view passed that version without it.
+                    self.request_relist(str(e))
+                raise
+        return pod
+
+
+class _Holding:
+    """The cache's keys (pod UIDs) as a container, read under its lock at each test."""
+
+    def __init__(self, ref: PodReflector) -> None:
+        self._ref = ref
+
+    def __contains__(self, uid: object) -> bool:
+        return isinstance(uid, str) and self._ref.holds(uid)

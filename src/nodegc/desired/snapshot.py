@@ -2,16 +2,26 @@
 
 A snapshot is a photograph: its time is the file's modification time (a day-old file is a day old, a file
 dated in the future is a broken clock and the engine's staleness guard refuses it), and it must show the
-whole node. A page of a paged list, a list that evidently went through a selector or a phase filter, and
-a file of nothing but finished pods are refused: what they do not show is not proof that it is gone.
+whole node. A single Pod, a page of a paged list, a list that evidently went through a selector or a
+phase filter, and a file of nothing but finished pods are refused: what they do not show is not proof that
+it is gone. A label-selected or namespace-scoped list carries no mark of its filter (servers stopped
+writing `selfLink` in 1.20) and cannot be told from a whole node's list.
+
+The modification time is an upper bound of the capture only while the file is the one the capture wrote:
+a copy (`cp` without `-p`) or a kubelet-projected file (a ConfigMap, Secret or projected volume) is newer
+than its content. Nothing in a pod list bounds its capture from above; its pods' own times (creation,
+status and managed-field times) bound it from below. A projected file is therefore dated by the newest
+time its pods carry, never by the kubelet's write; a plain copy cannot be detected (documented).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -19,43 +29,125 @@ from urllib.parse import parse_qs, urlsplit
 
 import yaml
 
-from nodegc.api.objects import pod_from_object
-from nodegc.desired.source import SourceError
+from nodegc.api.objects import object_resource_version, pod_from_object, resource_version_number
+from nodegc.desired.source import FUTURE_TOLERANCE_SECONDS, SourceError
 from nodegc.hostio.clock import utcnow
 from nodegc.model.pods import DesiredState, OwnerState, Pod
+from nodegc.observe.logs import get_logger
+
+log = get_logger("nodegc.snapshot")
 
 _LIST_KINDS = frozenset({"List", "PodList"})
 MAX_SNAPSHOT_BYTES = 128 * 1024 * 1024
 """A pods file larger than this is refused (a whole cluster's list is a few tens of MiB)."""
 _NODE_FIELD = "spec.nodeName"
+_PROJECTED_DIR = re.compile(r"^\.\.\d{4}_\d\d_\d\d_\d\d_\d\d_\d\d\.\d+$")
+"""The kubelet's atomic writer puts a ConfigMap, Secret or projected volume's files in `..<timestamp>`."""
+
+
+@dataclass(frozen=True)
+class _Read:
+    state: DesiredState
+    stamp: tuple[int, int, int, int, int]
+    """(device, inode, mtime ns, ctime ns, size) of the file that was parsed."""
 
 
 class SnapshotSource:
-    """A snapshot is all or nothing: one unreadable pod fails the whole fetch, as for the API."""
+    """A snapshot is all or nothing: one unreadable pod fails the whole fetch, as for the API.
+
+    Photos never go back in time: a fetch or a terminate re-read dated before the photo already used (the
+    file replaced by an older copy) is refused, as a list older than one already seen is. A re-read is
+    also refused when dated in the future.
+    """
 
     def __init__(self, path: Path, node: str | None, *, clock: Callable[[], datetime] = utcnow) -> None:
         self.path = path
         self.node = node
         self.name = f"snapshot:{path}"
         self._clock = clock
+        self._photo: datetime | None = None
+        """The time of the newest photo fetch() handed out: what detect and terminate judged by."""
+        self._last: _Read | None = None
+        self._warned: set[str] = set()
 
     def fetch(self) -> DesiredState:
         # The file's time, not the read's and not clamped to now: a day-old file must look a day old to the
         # engine's staleness guard, and a file from the future must look like one (the guard refuses both).
-        content, written = _read(self.path)
-        return parse_snapshot(content, path=self.path, node=self.node, written=written, source=self.name)
+        state = self._read().state
+        if self._photo is not None and state.fetched_at < self._photo:
+            raise SourceError(
+                f"snapshot {self.path} is now dated {_iso(state.fetched_at)}, before the photo already read "
+                f"({_iso(self._photo)}): a file replaced by an older one says nothing about the pods since")
+        self._photo = state.fetched_at
+        return state
 
     def get_pod(self, namespace: str, name: str) -> Pod | None:
-        """Re-reads the file: the freshest a snapshot can be. It is not a live read, which is why the
-        engine only acts on a snapshot younger than its staleness limit."""
-        for pod in self.fetch().pods:
+        """The file as it is now: the freshest a snapshot can be. It is not a live read, which is why the
+        engine only acts on a snapshot younger than its staleness limit. The file is parsed again only when
+        it changed (device, inode, times or size), not once per item; a re-read older than the photo the
+        scan used, or dated in the future, is refused."""
+        state = self._current().state
+        if self._photo is not None and state.fetched_at < self._photo:
+            raise SourceError(
+                f"snapshot {self.path} re-read at terminate is dated {_iso(state.fetched_at)}, before the photo"
+                f" the scan used ({_iso(self._photo)}): it cannot re-verify what that photo decided")
+        ahead = (state.fetched_at - self._clock()).total_seconds()
+        if ahead > FUTURE_TOLERANCE_SECONDS:
+            raise SourceError(
+                f"snapshot {self.path} re-read at terminate is dated {ahead:.0f}s in the future: a broken clock")
+        for pod in state.pods:
             if pod.namespace == namespace and pod.name == name:
                 return pod
         return None
 
+    def _current(self) -> _Read:
+        last = self._last
+        if last is not None:
+            try:
+                st = os.stat(self.path)
+            except OSError as e:
+                raise SourceError(f"cannot read snapshot {self.path}: {e.strerror or e}") from e
+            if _stamp(st) == last.stamp:
+                return last
+        return self._read()
 
-def parse_snapshot(content: bytes, *, path: Path, node: str | None, written: datetime, source: str) -> DesiredState:
-    """The desired state a snapshot's bytes describe, or SourceError: no other exception, whatever the bytes."""
+    def _read(self) -> _Read:
+        content, st = _read(self.path)
+        written = _mtime(self.path, st)
+        state = parse_snapshot(content, path=self.path, node=self.node, written=written, source=self.name,
+                               projected=_projected(self.path))
+        for warning in state.warnings:
+            if warning not in self._warned:
+                self._warned.add(warning)
+                log.warning("snapshot dating", source=self.name, detail=warning)
+        self._last = _Read(state, _stamp(st))
+        return self._last
+
+
+def _iso(when: datetime) -> str:
+    return when.astimezone(UTC).isoformat(timespec="seconds")
+
+
+def _stamp(st: os.stat_result) -> tuple[int, int, int, int, int]:
+    return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size)
+
+
+def _projected(path: Path) -> bool:
+    """Whether the file lives in a kubelet-projected volume (its real path goes through `..<timestamp>`)."""
+    try:
+        real = os.path.realpath(path)
+    except (OSError, ValueError):
+        return False
+    return any(_PROJECTED_DIR.match(part) for part in Path(real).parts)
+
+
+def parse_snapshot(content: bytes, *, path: Path, node: str | None, written: datetime, source: str,
+                   projected: bool = False) -> DesiredState:
+    """The desired state a snapshot's bytes describe, or SourceError: no other exception, whatever the bytes.
+
+    `written` is the file's modification time; `projected` says the file is a kubelet-projected volume's,
+    whose modification time is the kubelet's write, not the capture.
+    """
     objects = list(_pod_objects(_load(content, path), path))
     pods: list[Pod] = []
     for index, obj in enumerate(objects):
@@ -69,11 +161,81 @@ def parse_snapshot(content: bytes, *, path: Path, node: str | None, written: dat
         raise SourceError(f"snapshot {path} lists {len(pods)} pods, none of them on node {node}: another node's"
                           " list says nothing about this one; save this node's pods or pass the right --node")
     _refuse_filtered(mine, node, path)
-    return DesiredState(node=node, pods=mine, source=source, fetched_at=written)
+    taken, warnings = _dating(objects, path=path, written=written, projected=projected)
+    return DesiredState(node=node, pods=mine, source=source, fetched_at=taken, warnings=warnings)
 
 
-def _read(path: Path) -> tuple[bytes, datetime]:
-    """The content and modification time of one regular file, read with a bound.
+def _dating(objects: list[Mapping[str, Any]], *, path: Path, written: datetime,
+            projected: bool) -> tuple[datetime, tuple[str, ...]]:
+    """The photo's time: never later than the capture. The modification time bounds the capture from above
+    only for the file the capture wrote; the pods' own times bound it from below."""
+    newest = _newest_time(objects)
+    if projected:
+        if newest is None:
+            raise SourceError(
+                f"snapshot {path} is a file of a ConfigMap, Secret or projected volume: its modification time"
+                " is when the kubelet wrote it, not when the pods were listed, and no pod in it carries a"
+                " time that could date it")
+        taken = min(newest, written)
+        return taken, (f"snapshot {path} is a file of a ConfigMap, Secret or projected volume: its modification"
+                       f" time ({_iso(written)}) is the kubelet's write, not the capture; dated by the newest"
+                       f" time its pods carry ({_iso(taken)})",)
+    if newest is not None and (newest - written).total_seconds() > FUTURE_TOLERANCE_SECONDS:
+        return written, (f"snapshot {path} is dated {_iso(written)}, before the newest time its pods carry"
+                         f" ({_iso(newest)}): a clock is off or the file's time was set back; its time"
+                         " is kept (the older one)",)
+    return written, ()
+
+
+_TIME_FIELDS = ("startedAt", "finishedAt")
+_STATUS_LISTS = ("containerStatuses", "initContainerStatuses", "ephemeralContainerStatuses")
+
+
+def _newest_time(objects: list[Mapping[str, Any]]) -> datetime | None:
+    """The newest time the pods themselves carry (creation, managed fields, status): the capture came after
+    it. deletionTimestamp is left out: it is a deadline in the future. Unreadable values are skipped."""
+    found: list[object] = []
+    for obj in objects:
+        meta = obj.get("metadata")
+        if isinstance(meta, Mapping):
+            found.append(meta.get("creationTimestamp"))
+            found += [m.get("time") for m in _list(meta.get("managedFields"))]
+        status = obj.get("status")
+        if not isinstance(status, Mapping):
+            continue
+        found.append(status.get("startTime"))
+        for cond in _list(status.get("conditions")):
+            found += [cond.get("lastTransitionTime"), cond.get("lastProbeTime")]
+        for key in _STATUS_LISTS:
+            for cs in _list(status.get(key)):
+                for which in ("state", "lastState"):
+                    state = cs.get(which)
+                    for detail in (state.values() if isinstance(state, Mapping) else ()):
+                        if isinstance(detail, Mapping):
+                            found += [detail.get(f) for f in _TIME_FIELDS]
+    times = [t for t in map(_time, found) if t is not None]
+    return max(times, default=None)
+
+
+def _list(value: object) -> list[Mapping[str, Any]]:
+    return [v for v in value if isinstance(v, Mapping)] if isinstance(value, list) else []
+
+
+def _time(value: object) -> datetime | None:
+    if isinstance(value, datetime):
+        parsed = value
+    elif isinstance(value, str) and value:
+        try:
+            parsed = datetime.fromisoformat(value)
+        except ValueError:
+            return None
+    else:
+        return None
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
+
+
+def _read(path: Path) -> tuple[bytes, os.stat_result]:
+    """The content and status of one regular file, read with a bound.
 
     O_NONBLOCK keeps a FIFO from blocking the open; fstat on the open descriptor makes the type, size and
     time refer to the very file that is read. A symlink is followed (a mounted ConfigMap is one).
@@ -98,16 +260,19 @@ def _read(path: Path) -> tuple[bytes, datetime]:
             remaining -= len(chunk)
         if remaining <= 0:
             raise SourceError(f"snapshot {path} grew above the {MAX_SNAPSHOT_BYTES} byte limit while read")
-        try:
-            written = datetime.fromtimestamp(st.st_mtime, UTC)
-        except (ValueError, OverflowError) as e:
-            raise SourceError(f"snapshot {path} has a modification time out of range ({st.st_mtime:.0f}):"
-                              " the clock that wrote it is broken") from e
-        return b"".join(chunks), written
+        return b"".join(chunks), st
     except OSError as e:
         raise SourceError(f"cannot read snapshot {path}: {e.strerror or e}") from e
     finally:
         os.close(fd)
+
+
+def _mtime(path: Path, st: os.stat_result) -> datetime:
+    try:
+        return datetime.fromtimestamp(st.st_mtime, UTC)
+    except (ValueError, OverflowError, OSError) as e:
+        raise SourceError(f"snapshot {path} has a modification time out of range ({st.st_mtime:.0f}):"
+                          " the clock that wrote it is broken") from e
 
 
 def _load(content: bytes, path: Path) -> list[Any]:
@@ -146,8 +311,14 @@ def _load(content: bytes, path: Path) -> list[Any]:
 
 
 def _pod_objects(documents: list[Any], path: Path) -> Iterator[Mapping[str, Any]]:
+    """The items of the one list the file holds. A Pod (`kubectl get pod NAME -o json`), or a stream of
+    several documents, can never show that any other pod is absent: refused."""
     if not documents:
         raise SourceError(f"snapshot {path} is empty")
+    if len(documents) > 1:
+        raise SourceError(
+            f"snapshot {path} holds {len(documents)} documents: separate reads, any of which may leave pods"
+            f" out; save the node's pods as one list ({_SAVE_HINT})")
     for doc in documents:
         if not isinstance(doc, Mapping):
             found = type(doc).__name__
@@ -165,11 +336,32 @@ def _pod_objects(documents: list[Any], path: Path) -> Iterator[Mapping[str, Any]
             for index, item in enumerate(items):
                 if not isinstance(item, Mapping) or item.get("kind", "Pod") != "Pod":
                     raise SourceError(f"snapshot {path}: item #{index} is not a Pod")
-                yield item
+            _refuse_assembled(doc.get("metadata"), items, path)
+            yield from items
         elif kind == "Pod":
-            yield doc
+            raise SourceError(
+                f"snapshot {path} is a single Pod, not a list: one pod cannot show that any other pod is"
+                f" absent, so nothing could be concluded from it; save the node's list ({_SAVE_HINT})")
         else:
             raise SourceError(f"snapshot {path}: expected a Pod or a List of Pods, found kind {kind!r}")
+
+
+_SAVE_HINT = "kubectl get pods -A -o json --field-selector spec.nodeName=<node>"
+
+
+def _refuse_assembled(meta: object, items: list[Mapping[str, Any]], path: Path) -> None:
+    """A server's list (PodList) is one consistent read at its resourceVersion: an item newer than that was
+    not in it (the file was put together from several reads). kubectl's own List carries no version."""
+    if not isinstance(meta, Mapping):
+        return
+    number = resource_version_number(meta.get("resourceVersion"))
+    if number is None:
+        return
+    newest = max((n for item in items if (n := object_resource_version(item)) is not None), default=None)
+    if newest is not None and newest > number:
+        raise SourceError(
+            f"snapshot {path} is a list at resourceVersion {number} holding a pod at {newest}: not one read of"
+            " the API (put together from several?); save the list again")
 
 
 def _refuse_partial_list(meta: object, path: Path) -> None:

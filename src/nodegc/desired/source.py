@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Protocol
 
 from nodegc.model.pods import DesiredState, Pod
+
+FUTURE_TOLERANCE_SECONDS = 5.0
+"""A desired state dated more than this after the clock is from the future (the engine's tolerance)."""
 
 
 class SourceError(Exception):
@@ -29,3 +33,16 @@ class DesiredSource(Protocol):
         """A fresh read of one pod (never a cached copy): None when it does not exist; SourceError when
         the source cannot answer. The engine's terminate phase compares its UID before acting."""
         ...
+
+
+def staleness(desired: DesiredState, *, now: datetime, max_age_seconds: float) -> str | None:
+    """Why a desired state is too old or too new to act on (what the engine's `stale_source` guard refuses),
+    or None. A read-only command reports on it anyway, and says so."""
+    age = (now - desired.fetched_at).total_seconds()
+    if age > max_age_seconds:
+        return (f"the desired state ({desired.source}) is {age:.0f}s old, older than {max_age_seconds:g}s: "
+                "pods created since are not in it (clean --apply and the agent refuse it)")
+    if age < -FUTURE_TOLERANCE_SECONDS:
+        return (f"the desired state ({desired.source}) is dated {-age:.0f}s in the future: a broken clock "
+                "(clean --apply and the agent refuse it)")
+    return None

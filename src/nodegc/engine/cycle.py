@@ -304,6 +304,8 @@ class Engine:
         blind = Blind(inventory.problems)
         fetched: dict[tuple[str, str], Pod | None] = {}
         """One live GET per owner pod this pass, not one per item: a sandbox has half a dozen items."""
+        settled: list[Transition] = []
+        """Items sent back or found done on the way: recorded with the checkpoint, in one transaction."""
         statuses: dict[str, RuntimeSandbox | None] = {}
         """One fresh PodSandboxStatus per sandbox this phase (taken here, never the scan's), not one per item."""
         groups: dict[str, list[Item]] = {}
@@ -317,26 +319,19 @@ class Engine:
             for item in members:
                 if item.phase is Phase.TERMINATING and item.key not in current and not blind.hides(item):
                     # A crash came after the side effect and before its record: the step is done.
-                    self._persist([after_attempt(item, ok=True, changed=False, lazy=False, now=now,
-                                                 detail=INTERRUPTED_STEP_GONE, policy=self.settings.phases)], now)
+                    settled.append(after_attempt(item, ok=True, changed=False, lazy=False, now=now,
+                                                 detail=INTERRUPTED_STEP_GONE, policy=self.settings.phases))
                     continue
-                fresh = by_key.get(item.key)
-                doubt = self._doubt(item, fresh, current.get(item.key))
-                if doubt is None and fresh is not None and fresh.sandbox:
-                    try:
-                        doubt = self._runtime_doubt(item, fresh.sandbox, statuses)
-                    except CRIError as e:
-                        self._block(report, "runtime_unavailable", f"fresh sandbox status failed: {e}")
-                        return self._checkpoint(_by_kind(verified), now)
-                owner_matters = fresh is None or not fresh.sandbox or fresh.owner_state is not OwnerState.LIVE
-                if doubt is None and owner_matters:
-                    try:
-                        doubt = self._owner_doubt(item, fetched)
-                    except SourceError as e:
-                        self._block(report, "source_unavailable", f"live GET failed, nothing proceeds: {e}")
-                        return self._checkpoint(_by_kind(verified), now)
+                try:
+                    doubt = self._item_doubt(item, by_key.get(item.key), current.get(item.key), statuses, fetched)
+                except CRIError as e:
+                    self._block(report, "runtime_unavailable", f"fresh sandbox status failed: {e}")
+                    return self._checkpoint(_by_kind(verified), now, settled)
+                except SourceError as e:
+                    self._block(report, "source_unavailable", f"live GET failed, nothing proceeds: {e}")
+                    return self._checkpoint(_by_kind(verified), now, settled)
                 if doubt:
-                    self._persist([back_to_detect(item, f"re-verification: {doubt}", now)], now)
+                    settled.append(back_to_detect(item, f"re-verification: {doubt}", now))
                     report.sent_back.append((item, doubt))
                     self.metrics.blocked("reverification")
                     log.info("sent back to detect", item=item.key, reason=doubt)
@@ -350,7 +345,20 @@ class Engine:
                 self._block(report, "rate_limit", "global reclaim rate reached; the rest waits")
                 break
             verified += passed
-        return self._checkpoint(_by_kind(verified), now)
+        return self._checkpoint(_by_kind(verified), now, settled)
+
+    def _item_doubt(self, item: Item, fresh: Finding | None, resource: Resource | None,
+                    statuses: dict[str, RuntimeSandbox | None],
+                    fetched: dict[tuple[str, str], Pod | None]) -> str | None:
+        """Why the item must not go now, or None. Raises CRIError when the runtime cannot answer for its
+        sandbox, SourceError when the live GET of its owner fails."""
+        doubt = self._doubt(item, fresh, resource)
+        if doubt is None and fresh is not None and fresh.sandbox:
+            doubt = self._runtime_doubt(item, fresh.sandbox, statuses)
+        owner_matters = fresh is None or not fresh.sandbox or fresh.owner_state is not OwnerState.LIVE
+        if doubt is None and owner_matters:
+            doubt = self._owner_doubt(item, fetched)
+        return doubt
 
     def _doubt(self, item: Item, finding: Finding | None, resource: Resource | None) -> str | None:
         if resource is None or finding is None:
@@ -430,12 +438,28 @@ class Engine:
     # -- clean and confirm -----------------------------------------------------------------------
 
     def _clean(self, verified: list[tuple[Item, Resource]], report: CycleReport) -> None:
+        """The executor's outcomes are recorded one transaction per step (outcomes of one kind in a row),
+        not one per item: each transaction is an fsync. No side effect waits on an outcome's record (the
+        TERMINATING checkpoint guards them all); a crash before a step's record leaves its items
+        TERMINATING, and the next terminate finds each one done (gone) or re-verifies and retries it."""
+        pending: list[Transition] = []
+
+        def flush() -> None:
+            if not pending:
+                return
+            batch = list(pending)
+            pending.clear()
+            self._persist(batch, self.clock())
+            for t in batch:
+                fault_point(f"after_record:{t.item.kind.value}")
+
         def on_outcome(item: Item, outcome: Outcome) -> None:
+            if pending and pending[-1].item.kind is not item.kind:
+                flush()
             now = self.clock()
-            t = after_attempt(item, ok=outcome.ok, changed=outcome.identity_changed, detail=outcome.detail,
-                              lazy=outcome.lazy, now=now, policy=self.settings.phases, skipped=outcome.skipped)
-            self._persist([t], now)
-            fault_point(f"after_record:{item.kind.value}")
+            pending.append(after_attempt(item, ok=outcome.ok, changed=outcome.identity_changed,
+                                         detail=outcome.detail, lazy=outcome.lazy, now=now,
+                                         policy=self.settings.phases, skipped=outcome.skipped))
             result = "dry_run" if outcome.skipped else "gone" if outcome.already_gone else "ok" if outcome.ok else (
                 "changed" if outcome.identity_changed else "failed")
             self.metrics.reclaimed(item.kind.value, result)
@@ -446,7 +470,10 @@ class Engine:
 
         if self.executor.destructive:
             verified = [(dataclasses.replace(i, phase=Phase.TERMINATING), r) for i, r in verified]
-        self.executor.execute(verified, on_outcome=on_outcome)
+        try:
+            self.executor.execute(verified, on_outcome=on_outcome)
+        finally:
+            flush()
 
     def _confirm(self, verified: list[tuple[Item, Resource]], report: CycleReport) -> None:
         """Only a confirmed absence closes an item; a rescan of the host decides."""
@@ -477,14 +504,18 @@ class Engine:
                          from_phase=t.previous.value if t.previous else None, to_phase=t.item.phase.value,
                          reason=t.reason)
 
-    def _checkpoint(self, verified: list[tuple[Item, Resource]], now: float) -> list[tuple[Item, Resource]]:
-        """Every verified item is written TERMINATING before a destructive executor runs."""
+    def _checkpoint(self, verified: list[tuple[Item, Resource]], now: float,
+                    settled: Sequence[Transition] = ()) -> list[tuple[Item, Resource]]:
+        """Every verified item is written TERMINATING before a destructive executor runs, in one transaction
+        with the items terminate settled on the way (sent back, or found done): one fsync, not one per item."""
+        transitions = list(settled)
+        if self.executor.destructive:
+            transitions += [
+                Transition(dataclasses.replace(item, phase=Phase.TERMINATING), item.phase, "re-verified; reclaiming")
+                for item, _ in verified if item.phase is not Phase.TERMINATING]
+        self._persist(transitions, now)
         if not self.executor.destructive:
             return verified
-        self._persist([
-            Transition(dataclasses.replace(item, phase=Phase.TERMINATING), item.phase, "re-verified; reclaiming")
-            for item, _ in verified if item.phase is not Phase.TERMINATING
-        ], now)
         for item, _ in verified:
             fault_point(f"after_checkpoint:{item.kind.value}")
         return verified

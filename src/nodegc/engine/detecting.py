@@ -16,7 +16,7 @@ from nodegc.model.findings import Finding
 from nodegc.model.pods import DesiredState
 from nodegc.model.resources import Inventory, Kind
 from nodegc.planning.correlate import CorrelationPolicy, correlation
-from nodegc.planning.owners import netns_key
+from nodegc.planning.owners import entry_key, netns_key
 
 _ACTS_IN_NETNS = frozenset({Kind.CNI_CACHE, Kind.NETNS, Kind.VETH})
 
@@ -41,4 +41,4 @@ def netns_to_read(inventory: Inventory, findings: tuple[Finding, ...]) -> set[st
     """The mounted namespaces, their addresses not read yet, that residue among `findings` would act in."""
     keys = {key for f in findings if f.cls.is_residue and f.kind in _ACTS_IN_NETNS
             and (key := netns_key(f.netns)) is not None}
-    return {ns.path for ns in inventory.netns if ns.mounted and not ns.addresses_read and netns_key(ns.path) in keys}
+    return {ns.path for ns in inventory.netns if ns.mounted and not ns.addresses_read and entry_key(ns) in keys}

@@ -1,4 +1,5 @@
-"""Network namespace files (`/run/netns/<name>`) and the addresses configured inside them.
+"""Network namespace files (`/run/netns/<name>`, and containerd's under its state dir) and the addresses
+configured inside them.
 
 A namespace file stays behind in two shapes: still bind-mounted (the namespace lives on, holding its
 veth end and its IP) or a plain leftover file whose mount is gone. Both are reported; the mount state
@@ -7,6 +8,7 @@ and the inodes are the identity a later re-verify compares against.
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import os
 import re
@@ -16,6 +18,7 @@ from pathlib import Path
 
 from nodegc.hostio.netlink import NetlinkError, RtnlSocket, open_many
 from nodegc.model.resources import Kind, Mount, NetnsEntry, ReadProblem
+from nodegc.planning.owners import CRI_NETNS_SUBDIR
 
 NSFS = "nsfs"
 _BLANK = re.compile(r"\s")
@@ -27,12 +30,13 @@ class NetnsReadError(Exception):
 
 
 def scan_netns(
-    netns_dir: Path, mounts: Sequence[Mount]
+    netns_dir: Path, mounts: Sequence[Mount], *, runtime_dir: bool = False
 ) -> tuple[tuple[NetnsEntry, ...], tuple[ReadProblem, ...]]:
     """Every file of the netns directory, with its mount state taken from the mount table.
 
     The mount table is the authority for `mounted`; the device of the file is a second witness, and when
     the two disagree the entry counts as mounted (a namespace that may be alive is never a leftover).
+    `runtime_dir`: the directory is the runtime's (see `runtime_netns_dir`), and its entries say so.
     """
     problems: list[ReadProblem] = []
     entries: list[NetnsEntry] = []
@@ -54,8 +58,62 @@ def scan_netns(
         if problem is not None:
             problems.append(problem)
         if entry is not None:
-            entries.append(entry)
+            entries.append(dataclasses.replace(entry, runtime_dir=True) if runtime_dir else entry)
     return tuple(entries), tuple(problems)
+
+
+def runtime_netns_dir(state_dir: Path) -> Path:
+    """Where containerd keeps netns files under its state dir (`netns_mounts_under_state_dir = true`)."""
+    return state_dir / CRI_NETNS_SUBDIR
+
+
+def scan_runtime_netns(
+    state_dir: Path, mounts: Sequence[Mount], *, netns_dir: Path | None = None
+) -> tuple[tuple[NetnsEntry, ...], tuple[ReadProblem, ...]]:
+    """The netns files under the runtime's state dir, read like those of the netns dir.
+
+    The state dir is trusted as configured; the directories below it are not followed when they are
+    symlinks (a planted link would make nodegc inventory, and later unmount, files anywhere). The same
+    directory as the netns dir (one configured as the other) is read once, as the netns dir.
+    """
+    directory = runtime_netns_dir(state_dir)
+    problem = not_followed(state_dir)
+    if problem == _ABSENT:
+        return (), ()
+    if problem is not None:
+        return (), (ReadProblem(Kind.NETNS, os.fsdecode(directory), problem),)
+    if netns_dir is not None and _same_dir(directory, netns_dir):
+        return (), ()
+    return scan_netns(directory, mounts, runtime_dir=True)
+
+
+_ABSENT = "absent"
+
+
+def not_followed(state_dir: Path) -> str | None:
+    """Why the runtime's netns directory under `state_dir` is not to be read or acted in (a component
+    below the state dir is a symlink or not a directory), `"absent"` when it does not exist, or None."""
+    current = os.fsdecode(state_dir)
+    for part in CRI_NETNS_SUBDIR.split("/"):
+        current = os.path.join(current, part)
+        try:
+            st = os.lstat(current)
+        except FileNotFoundError:
+            return _ABSENT
+        except OSError as e:
+            return f"cannot stat {current}: {e.strerror or e}"
+        if stat.S_ISLNK(st.st_mode):
+            return f"{current} is a symlink, not followed"
+        if not stat.S_ISDIR(st.st_mode):
+            return f"{current} is not a directory"
+    return None
+
+
+def _same_dir(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.normpath(os.fsdecode(a)) == os.path.normpath(os.fsdecode(b))
 
 
 def _mount_points(mounts: Sequence[Mount], netns_dir: Path) -> tuple[frozenset[str], frozenset[str]]:

@@ -19,7 +19,7 @@ from nodegc.inventory.cni_ipam import scan_ip_reservations
 from nodegc.inventory.cri.runtimes import read_runtime
 from nodegc.inventory.iptables import scan_iptables_all
 from nodegc.inventory.links import scan_veths
-from nodegc.inventory.netns import NetnsReadError, read_netns_addresses_many, scan_netns
+from nodegc.inventory.netns import NetnsReadError, read_netns_addresses_many, scan_netns, scan_runtime_netns
 from nodegc.inventory.pod_dirs import scan_pod_dirs
 from nodegc.inventory.pod_logs import scan_pod_log_dirs
 from nodegc.inventory.static_pods import scan_static_pods
@@ -33,6 +33,7 @@ from nodegc.model.resources import (
     ReadProblem,
 )
 from nodegc.observe.logs import get_logger
+from nodegc.planning.owners import entry_key, netns_key
 from nodegc.settings import Roots, ScanOptions
 
 log = get_logger(__name__)
@@ -66,7 +67,7 @@ def scan_node(
         rules_read = pool.submit(scan_iptables_all, net_ns=roots.net_ns, commands=saves,
                                  timeout=options.command_timeout)
         runtime_read = pool.submit(read_runtime, options)
-        inventory = _read_host(roots, taken_at, rules_read)
+        inventory = _read_host(roots, taken_at, rules_read, runtime_state_dir=options.runtime_state_dir)
         runtime = runtime_read.result()
         inventory = dataclasses.replace(inventory, runtime=runtime)
     if runtime is not None and runtime.reachable and options.runtime_state_dir is not None:
@@ -101,7 +102,8 @@ def scan_node(
     return inventory
 
 
-def _read_host(roots: Roots, taken_at: datetime, rules_read: Future[_Rules]) -> Inventory:
+def _read_host(roots: Roots, taken_at: datetime, rules_read: Future[_Rules], *,
+               runtime_state_dir: Path | None = None) -> Inventory:
     problems: list[ReadProblem] = []
     mounts, found = read_mounts(roots.proc_root)
     problems += found
@@ -113,7 +115,12 @@ def _read_host(roots: Roots, taken_at: datetime, rules_read: Future[_Rules]) -> 
     problems += found
     netns, found = scan_netns(roots.netns_dir, mounts)
     problems += found
-    netns, unread = _with_addresses(netns, {_basename(e.netns) for e in cache if e.netns})
+    if runtime_state_dir is not None:
+        # containerd's netns files under its state dir are network namespaces like any other.
+        more, found = scan_runtime_netns(runtime_state_dir, mounts, netns_dir=roots.netns_dir)
+        netns += more
+        problems += found
+    netns, unread = _with_addresses(netns, {k for e in cache if (k := netns_key(e.netns)) is not None})
     problems += unread
     veths, found = scan_veths(netns_entries=netns, net_ns=roots.net_ns)
     problems += found
@@ -150,15 +157,11 @@ def with_netns_addresses(inventory: Inventory, paths: set[str]) -> Inventory:
     Reading a namespace costs a setns and a netlink dump, so a scan reads only the namespaces no cache
     entry names; before anything acts inside a namespace, the engine asks for its addresses here.
     """
-    wanted = {e.name for e in inventory.netns if e.path in paths and e.mounted and not e.addresses_read}
+    wanted = {entry_key(e) for e in inventory.netns if e.path in paths and e.mounted and not e.addresses_read}
     if not wanted:
         return inventory
-    netns, problems = _with_addresses(inventory.netns, {e.name for e in inventory.netns} - wanted)
+    netns, problems = _with_addresses(inventory.netns, {entry_key(e) for e in inventory.netns} - wanted)
     return dataclasses.replace(inventory, netns=netns, problems=inventory.problems + tuple(problems))
-
-
-def _basename(path: str) -> str:
-    return path.rstrip("/").rsplit("/", 1)[-1]
 
 
 def _with_addresses(
@@ -166,7 +169,7 @@ def _with_addresses(
 ) -> tuple[tuple[NetnsEntry, ...], list[ReadProblem]]:
     """Only a namespace no cache entry names needs its addresses: they are its last link to a pod."""
     wanted = [i for i, entry in enumerate(entries)
-              if entry.mounted and not entry.addresses_read and entry.name not in referenced]
+              if entry.mounted and not entry.addresses_read and entry_key(entry) not in referenced]
     read = read_netns_addresses_many([Path(entries[i].path) for i in wanted])
     out = list(entries)
     problems: list[ReadProblem] = []

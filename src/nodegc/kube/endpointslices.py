@@ -29,6 +29,7 @@ from lightkube.types import PatchType
 from nodegc import defaults
 from nodegc.api.errors import KubeError, call, get_or_none
 from nodegc.api.objects import pod_from_object, slice_from_object
+from nodegc.api.reads import CHUNK_SIZE
 from nodegc.kube.cache import ClusterCache
 from nodegc.kube.events import EventRecorder, EventType, ObjectRef
 from nodegc.model.endpoints import Slice, StaleAction, StaleEndpoint
@@ -44,7 +45,6 @@ from nodegc.planning.endpoints import (
 
 log = get_logger("nodegc.kube.endpointslices")
 
-CHUNK_SIZE = 500
 REASON_STALE = "StaleEndpoint"
 REASON_REMOVED = "StaleEndpointRemoved"
 REASON_FAILED = "StaleEndpointRemovalFailed"

@@ -24,9 +24,9 @@ class FindingClass(StrEnum):
     ORPHANED_POD_LOG_DIR = "orphaned_pod_log_dir"
     LEAKED_FIREWALL_RULE = "leaked_firewall_rule"
     RUNTIME_LEFTOVER = "runtime_leftover"
-    """A sandbox directory, task bundle, netns or shim of containerd's whose id the runtime does not list,
-    that nodegc does not reclaim (a netns under the state dir, a shim without --stop-orphan-shims, a
-    directory something may still use or that cannot be reclaimed safely): reported only."""
+    """A sandbox directory, task bundle or shim of containerd's whose id the runtime does not list, that
+    nodegc does not reclaim (a shim without --stop-orphan-shims, a directory something may still use or
+    that cannot be reclaimed safely): reported only."""
     ORPHANED_RUNTIME_DIR = "orphaned_runtime_dir"
     """A containerd sandbox state directory or task bundle whose id the runtime does not list, that nothing
     uses any more: its shm or rootfs mount is unmounted and the directory removed."""

@@ -52,3 +52,5 @@ class DesiredState:
     pods: tuple[Pod, ...]
     source: str
     fetched_at: datetime
+    warnings: tuple[str, ...] = ()
+    """What the source could not vouch for (how a snapshot's time was established, say), for the report."""

@@ -124,7 +124,8 @@ class CNICacheEntry:
 
 @dataclass(frozen=True)
 class NetnsEntry:
-    """A file in the netns directory; `ns_inode` is the namespace inode when it is still bind-mounted."""
+    """A file in the netns directory (or the runtime's, under its state dir); `ns_inode` is the namespace inode
+    when it is still bind-mounted."""
 
     name: str
     path: str
@@ -136,6 +137,8 @@ class NetnsEntry:
     """Addresses configured inside the namespace (read only when it is mounted)."""
     addresses_read: bool = False
     """Whether `addresses` was read: an unread namespace holds unknown addresses, not none."""
+    runtime_dir: bool = False
+    """A file of the runtime's state dir (`<state>/io.containerd.grpc.v1.cri/netns`), not of the netns dir."""
 
 
 @dataclass(frozen=True)

@@ -45,11 +45,10 @@ class RuntimeContainer:
 @dataclass(frozen=True)
 class RuntimeLeftover:
     """Something of containerd's on the host that names a sandbox or container id: a sandbox state
-    directory (with its shm mount), a task bundle (with its rootfs mount), a netns under the state dir, or
-    a shim process."""
+    directory (with its shm mount), a task bundle (with its rootfs mount), or a shim process."""
 
     what: str
-    """sandbox_dir, task_dir, netns or shim."""
+    """sandbox_dir, task_dir or shim."""
     id: str
     path: str
     mounted: bool = False

@@ -23,7 +23,14 @@ from nodegc.model.resources import (
     ReadProblem,
     StaticPodManifest,
 )
-from nodegc.planning.owners import CacheIndex, PodIndex, Resolution, netns_key, normalize_ip, resolve_cache_owner
+from nodegc.planning.owners import (
+    CacheIndex,
+    PodIndex,
+    Resolution,
+    entry_key,
+    normalize_ip,
+    resolve_cache_owner,
+)
 
 HOLDING = frozenset({OwnerState.LIVE, OwnerState.PENDING, OwnerState.UNKNOWN})
 """Owner states in which the resource may be in use."""
@@ -205,7 +212,7 @@ def _unreadable_cache(inv: Inventory) -> tuple[str, ...]:
 
 
 def _netns_by_key(inv: Inventory) -> dict[str, NetnsEntry]:
-    return {key: ns for ns in inv.netns if (key := netns_key(ns.path)) is not None}
+    return {entry_key(ns): ns for ns in inv.netns}
 
 
 def _netns_unreadable(inv: Inventory) -> frozenset[str]:

@@ -24,7 +24,7 @@ from nodegc.model.resources import (
     VethLink,
 )
 from nodegc.planning.context import GONE, HOLDING, Context, reclass, short
-from nodegc.planning.owners import Resolution, netns_key, normalize_ip
+from nodegc.planning.owners import Resolution, entry_key, netns_key, normalize_ip
 from nodegc.planning.phases import hostport_rule_id
 
 
@@ -372,7 +372,7 @@ def _cache_entry(ctx: Context, entry: CNICacheEntry) -> None:
 
 
 def _netns(ctx: Context, ns: NetnsEntry) -> None:
-    entries = ctx.cache.by_netns.get(ns.name, [])
+    entries = ctx.cache.by_netns.get(entry_key(ns), [])
     finding: Finding
     if entries:
         resolutions = [ctx.owner_of(e) for e in entries]
@@ -434,7 +434,7 @@ def _veth(ctx: Context, link: VethLink) -> None:
     if ns_finding is None:
         where = "in this namespace" if link.peer_netnsid is None else f"in netns id {link.peer_netnsid}"
         ctx.add(Finding(FindingClass.UNKNOWN, Kind.VETH, link.name, Owner(), OwnerState.UNKNOWN,
-                          (f"peer lives {where}, not in a namespace of the netns directory",)))
+                          (f"peer lives {where}, not in a namespace of the netns directories",)))
         return
     cls = {
         FindingClass.IN_USE: FindingClass.IN_USE,
@@ -455,10 +455,12 @@ def _by_container(
 ) -> None:
     before = len(ctx.findings)
     _classify_by_container(ctx, kind, ident, container_id, network)
-    added = ctx.findings[before:]
-    mtime = _container_mtime(ctx, container_id) if container_id else None
-    if added and added[0].cls.is_residue and mtime is not None and ctx.young(mtime):
-        ctx.findings[before] = reclass(added[0], FindingClass.PROTECTED, ctx.age_note(mtime))
+    if len(ctx.findings) == before or not ctx.findings[before].cls.is_residue or not container_id:
+        return
+    added = ctx.findings[before]
+    mtime = _container_mtime(ctx, container_id)
+    if mtime is not None and ctx.young(mtime):
+        ctx.findings[before] = reclass(added, FindingClass.PROTECTED, ctx.age_note(mtime))
 
 
 def _classify_by_container(
@@ -476,9 +478,11 @@ def _classify_by_container(
     evidence: tuple[str, ...] = (f"comment names network {network} container {short(container_id)}",)
     res = _resolve_container(ctx, container_id, network)
     if res is not None:
-        ips = [ip for e in _cache_for(ctx, container_id, network) for ip in e.ips]
-        ips += sorted(ctx.chain_ips.get(container_id, ()))
-        conflict = _claimed_elsewhere(ctx, ips, res.owner.uid) if res.state in GONE else None
+        conflict = None
+        if res.state in GONE:
+            ips = [ip for e in _cache_for(ctx, container_id, network) for ip in e.ips]
+            ips += sorted(ctx.chain_ips.get(container_id, ()))
+            conflict = _claimed_elsewhere(ctx, ips, res.owner.uid)
         evidence += res.evidence
         if res.state is OwnerState.UNKNOWN:
             cls = FindingClass.UNKNOWN

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from nodegc.model.addresses import normalized_ip
 from nodegc.model.findings import Owner
 from nodegc.model.pods import DesiredState, OwnerState, Pod
-from nodegc.model.resources import CNICacheEntry
+from nodegc.model.resources import CNICacheEntry, NetnsEntry
 
 _CHAIN_NAME_MAX = 28
 
@@ -35,16 +35,30 @@ def normalize_ip(text: str) -> str | None:
         return None
 
 
+CRI_NETNS_SUBDIR = "io.containerd.grpc.v1.cri/netns"
+"""Where containerd keeps netns files under its state dir (`netns_mounts_under_state_dir = true`)."""
+
+
 def netns_key(path: str | None) -> str | None:
     """Runtimes name the same namespace as /var/run/netns/x or /run/netns/x; the file name is the key.
-    Any other path (e.g. /proc/<pid>/ns/net, whose file name says nothing) keys by the full path."""
+    A file of containerd's state dir (`<state>/io.containerd.grpc.v1.cri/netns/x`) keys as
+    `io.containerd.grpc.v1.cri/netns/x`: the state dir may be seen at another path than the runtime's
+    (a container's mount), but it is never the same file as /run/netns/x. Any other path (e.g.
+    /proc/<pid>/ns/net, whose file name says nothing) keys by the full path."""
     if not path:
         return None
     path = path.rstrip("/")
     head, _, name = path.rpartition("/")
     if not name:
         return None
+    if head.endswith("/" + CRI_NETNS_SUBDIR):
+        return f"{CRI_NETNS_SUBDIR}/{name}"
     return name if head.endswith("/netns") else path
+
+
+def entry_key(ns: NetnsEntry) -> str:
+    """The key of a scanned netns file, by the directory it was read from (whatever that is called)."""
+    return f"{CRI_NETNS_SUBDIR}/{ns.name}" if ns.runtime_dir else ns.name
 
 
 @dataclass(frozen=True)

@@ -23,10 +23,10 @@ from dataclasses import dataclass
 
 from nodegc.model.findings import Finding, FindingClass, Owner
 from nodegc.model.pods import OwnerState, Pod
-from nodegc.model.resources import Inventory, Kind
+from nodegc.model.resources import Inventory, Kind, NetnsEntry
 from nodegc.model.runtime import RuntimeLeftover, RuntimeSandbox, RuntimeView
 from nodegc.planning.context import HOLDING, Context, short
-from nodegc.planning.owners import normalize_ip
+from nodegc.planning.owners import entry_key, netns_key, normalize_ip
 from nodegc.planning.phases import hostport_rule_id
 
 _RESIDUE_OF = {
@@ -102,6 +102,23 @@ def correlate_pod_logs(ctx: Context) -> None:
         ctx.add(Finding(cls, Kind.POD_LOG_DIR, log_dir.path, owner, state, (note,)))
 
 
+def _holder_of_addresses(ns: NetnsEntry, holders: dict[str, set[str]]) -> str | None:
+    """The one container id whose host-local reservations hold every address inside the namespace (read,
+    and at least one), for a namespace that neither the runtime nor a cache entry names (containerd's
+    libcni writes no netns into its cache entries). An address no reservation explains, or one reserved
+    by two containers (two networks), ties it to nobody."""
+    if not ns.addresses_read or not ns.addresses:
+        return None
+    found: set[str] = set()
+    for address in ns.addresses:
+        held = holders.get(normalize_ip(address) or "", set())
+        if len(held) != 1:
+            return None
+        found |= held
+    cid = found.pop() if len(found) == 1 else None
+    return cid or None
+
+
 @dataclass(frozen=True)
 class _Networks:
     """The CNI network of each record, by the id its finding has (the first record of an id, as a search
@@ -137,9 +154,6 @@ def _unusable(ctx: Context) -> str | None:
     return ctx.runtime_unusable[0]
 
 
-def _base(path: str | None) -> str | None:
-    return path.rstrip("/").rsplit("/", 1)[-1] if path else None
-
 
 class _Runtime:
     def __init__(self, ctx: Context, view: RuntimeView, *, complete: bool = True) -> None:
@@ -157,7 +171,9 @@ class _Runtime:
         for c in view.containers:
             if c.state in ("running", "created"):
                 self.live_containers[c.sandbox_id] += 1
-        self.by_netns = {b: sb for sb in view.sandboxes if (b := _base(sb.netns_path))}
+        self.by_netns = {k: sb for sb in view.sandboxes if (k := netns_key(sb.netns_path))}
+        """Sandboxes by the key of the netns path the runtime reports (where the runtime says it is)."""
+        self.netns_keys = {ns.path: entry_key(ns) for ns in ctx.inv.netns}
         self.ready_ips = {ip for sb in view.sandboxes if sb.ready for ip in (normalize_ip(i) for i in sb.ips) if ip}
         photo = min(ctx.now, ctx.desired.fetched_at.timestamp())
         read = view.read_at.timestamp() if view.read_at else ctx.now
@@ -194,15 +210,8 @@ class _Runtime:
                 for i in (left.id, left.sandbox_id) if i}
         blind = self._leftovers_unjudgeable(shims)
         for left in self.view.leftovers:
-            if left.what == "netns":
-                if left.id in self.by_netns:
-                    continue
-                state = "mounted" if left.mounted else "not mounted"
-                self.ctx.add(Finding(FindingClass.RUNTIME_LEFTOVER, Kind.RUNTIME_LEFTOVER, left.path, Owner(),
-                                     OwnerState.ABSENT, (f"netns of id {short(left.id)} ({state}): the runtime"
-                                                         " lists no such sandbox or container; reported, not"
-                                                         " reclaimed",)))
-                continue
+            if left.what not in ("sandbox_dir", "task_dir", "shim"):
+                continue  # netns files under the state dir are network namespaces (Kind.NETNS), not leftovers
             if left.id in known:
                 continue  # the runtime's own: never touched
             self.ctx.add(self._leftover(left, known, shims, busy, blind))
@@ -299,10 +308,17 @@ class _Runtime:
         for rule in inv.hostport_rules:
             cid = rule.container_id
             out[(Kind.HOSTPORT_RULE, hostport_rule_id(rule))] = (cid, mtimes.get(cid or ""), ips.get(cid or "", ()))
+        holders: dict[str, set[str]] = defaultdict(set)
+        for r in inv.ip_reservations:
+            if (ip := normalize_ip(r.ip)) is not None:
+                holders[ip].add(r.container_id or "")
         for ns in inv.netns:
-            sb = self.by_netns.get(ns.name)
-            entries = self.ctx.cache.by_netns.get(ns.name, [])
+            key = entry_key(ns)
+            sb = self.by_netns.get(key)
+            entries = self.ctx.cache.by_netns.get(key, [])
             cid = sb.id if sb else (entries[0].container_id if len({e.container_id for e in entries}) == 1 else None)
+            if sb is None and not entries:
+                cid = _holder_of_addresses(ns, holders)
             # Its addresses, and those of every cache entry naming it: a live pod's address keeps it.
             out[(Kind.NETNS, ns.path)] = (cid, ns.mtime, (*ns.addresses, *(ip for e in entries for ip in e.ips)))
         netns_cid = {ns.path: out[(Kind.NETNS, ns.path)] for ns in inv.netns}
@@ -313,11 +329,16 @@ class _Runtime:
     # -- attachments ------------------------------------------------------------------------------
 
     def _revise(self, f: Finding) -> Finding:
-        if f.kind not in _RESIDUE_OF or f.cls is FindingClass.CONFLICT:
+        if f.kind not in _RESIDUE_OF:
+            return f
+        sb = self.by_netns.get(self.netns_keys.get(f.id, "")) if f.kind is Kind.NETNS else None
+        if sb is not None and (sb.ready or f.cls is not FindingClass.CONFLICT):
+            # Where the runtime says a READY sandbox's netns is decides, over what cache entries or the
+            # addresses inside suggested (the conflict stays on the entry that names it wrongly).
+            return self._tied(f, sb, f"the runtime names {f.id} as the netns of sandbox {short(sb.id)}")
+        if f.cls is FindingClass.CONFLICT:
             return f
         cid, mtime, ips = self.cid_of.get((f.kind, f.id), (None, None, ()))
-        if f.kind is Kind.NETNS and (sb := self.by_netns.get(_base(f.id) or "")) is not None:
-            return self._tied(f, sb, f"the runtime names {f.id} as the netns of sandbox {short(sb.id)}")
         if not cid:
             return f
         sb = self.by_id.get(cid)
@@ -361,25 +382,26 @@ class _Runtime:
         cls = FindingClass.PROTECTED if f.cls.is_residue or f.cls is FindingClass.IN_USE else f.cls
         return dataclasses.replace(f, cls=cls, owner=owner, evidence=(*f.evidence, why, note))
 
-    def _network_of(self, f: Finding, cid: str) -> str | None:
-        """The CNI network the attachment belongs to: its own record's, else its container's other files'."""
+    def _networks_of(self, f: Finding, cid: str) -> set[str]:
+        """The CNI networks the attachment belongs to: its own record's, else every one its container's
+        files name (a netns or a veth carries a sandbox's every network: its pod network and loopback)."""
         if f.kind is Kind.IP_RESERVATION:
-            return f.id.split("/", 1)[0]
+            return {f.id.split("/", 1)[0]}
         if f.kind is Kind.CNI_CACHE:
-            return self.networks.cache.get(f.id)
+            network = self.networks.cache.get(f.id)
+            return {network} if network else set()
         if f.kind is Kind.IPTABLES_CHAIN and (network := self.networks.chains.get(f.id)):
-            return network
+            return {network}
         if f.kind is Kind.HOSTPORT_RULE and (network := self.networks.rules.get(f.id)):
-            return network
+            return {network}
         nets = {e.network for e in self.ctx.cache.by_container.get(cid, [])}
-        nets |= self.networks.reservations.get(cid, set())
-        return nets.pop() if len(nets) == 1 else None
+        return nets | self.networks.reservations.get(cid, set())
 
     def _unknown_to_runtime(self, f: Finding, cid: str, mtime: float | None, ips: tuple[str, ...]) -> Finding:
-        network = self._network_of(f, cid)
-        if network is None or network not in self.cri_networks:
-            # Not (provably) a network of the runtime's sandboxes: another CNI user's (nerdctl, podman, a
-            # VM), whose containers the runtime cannot know. Its word says nothing here.
+        networks = self._networks_of(f, cid)
+        if not networks or not networks <= self.cri_networks:
+            # Not (provably) networks of the runtime's sandboxes only: another CNI user's (nerdctl, podman,
+            # a VM), whose containers the runtime cannot know. Its word says nothing here.
             return f
         why = f"container id {short(cid)} names no sandbox the runtime ({self._who()}) knows"
         keep = self._netns_of_another_sandbox(f, cid) or self._add_may_run(f, cid, mtime)
@@ -408,7 +430,7 @@ class _Runtime:
         another pod's): its CNI DEL would run inside that sandbox."""
         if f.kind is not Kind.CNI_CACHE:
             return None
-        sb = self.by_netns.get(_base(f.netns) or "")
+        sb = self.by_netns.get(netns_key(f.netns) or "")
         if sb is None or sb.id == cid:  # its own NotReady sandbox's netns: where its teardown would run too
             return None
         return f"its netns {f.netns} is the runtime's sandbox {short(sb.id)}'s: a DEL there would cut it"

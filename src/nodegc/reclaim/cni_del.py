@@ -19,7 +19,9 @@ from typing import Any
 
 from nodegc.hostio.cni_files import CACHE_KIND, MAX_CACHE_BYTES, MAX_RESERVATION_BYTES, parse_reservation
 from nodegc.hostio.files import FileReadError, read_small_file
+from nodegc.inventory.netns import not_followed, runtime_netns_dir
 from nodegc.model.resources import CNICacheEntry
+from nodegc.planning.owners import CRI_NETNS_SUBDIR
 from nodegc.reclaim.cni_exec import CNIError, exec_plugin, find_plugin, plugin_env, plugin_stdin
 from nodegc.reclaim.outcomes import Outcome
 from nodegc.settings import Roots
@@ -28,7 +30,8 @@ _PREV_RESULT_SINCE = (0, 4, 0)
 """libcni hands the cached result to DEL only from CNI 0.4.0 on; older plugins do not expect it."""
 
 
-def cni_del(entry: CNICacheEntry, *, roots: Roots, timeout: float = 30.0, keep_cache: bool = False) -> Outcome:
+def cni_del(entry: CNICacheEntry, *, roots: Roots, timeout: float = 30.0, keep_cache: bool = False,
+            runtime_state_dir: Path | None = None) -> Outcome:
     """Run DEL through every plugin of the cached configuration (in reverse), then drop the cache file
     (unless `keep_cache`: the engine removes it last, since it is the evidence that ties the sandbox's
     netns and chains to the pod if a crash interrupts the rest; see `remove_cache_entry`).
@@ -62,7 +65,7 @@ def cni_del(entry: CNICacheEntry, *, roots: Roots, timeout: float = 30.0, keep_c
     env = plugin_env(
         command="DEL",
         container_id=entry.container_id,
-        netns=_netns_for_del(entry, roots),
+        netns=_netns_for_del(entry, roots, runtime_state_dir),
         ifname=entry.ifname,
         cni_args=entry.cni_args,
         cni_path=roots.cni_bin_dirs,
@@ -122,17 +125,23 @@ def _other_networks(own: Path) -> list[Path]:
         return []
 
 
-def _netns_for_del(entry: CNICacheEntry, roots: Roots) -> str:
+def _netns_for_del(entry: CNICacheEntry, roots: Roots, runtime_state_dir: Path | None = None) -> str:
     """The plugins enter CNI_NETNS and delete the interface there, so only a namespace file of this
     node's netns directory (as nodegc sees it) is passed on. Anything else, a /proc/<pid>/ns/net path
     whose pid may be reused by now above all, becomes "": DEL then skips the interface, and the netns
-    executor deals with the namespace."""
+    executor deals with the namespace. A file of the runtime's state dir (`.../io.containerd.grpc.v1.cri/
+    netns/<name>`) is never the netns directory's file of that name: it is passed on as the same name in
+    the configured state dir's netns directory (reached without a symlink), or not at all."""
     if not entry.netns:
         return ""
     head, _, name = entry.netns.rstrip("/").rpartition("/")
     if not name or not head.endswith("/netns") or name in (".", ".."):
         return ""
     candidate = roots.netns_dir / name
+    if head.endswith("/" + CRI_NETNS_SUBDIR):
+        if runtime_state_dir is None or not_followed(runtime_state_dir) is not None:
+            return ""
+        candidate = runtime_netns_dir(runtime_state_dir) / name
     try:
         st = os.lstat(candidate)
     except (OSError, ValueError):  # ValueError: a NUL in the cached path

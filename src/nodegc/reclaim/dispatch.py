@@ -106,7 +106,8 @@ class HostExecutor:
     """CRI endpoint for sandboxes (StopPodSandbox, RemovePodSandbox); None: sandboxes are not touched."""
     runtime_timeout: float = 60.0
     runtime_state_dir: Path | None = None
-    """containerd's state directory: its leftover directories are removed only inside it."""
+    """containerd's state directory: its leftover directories, and its netns files
+    (`<state>/io.containerd.grpc.v1.cri/netns`), are removed only inside it; None: neither."""
     direct_teardown: bool = True
     """CNI attachments whose plugins nodegc knows completely are torn down without running them
     (`reclaim.teardown`); False runs CNI DEL for every attachment."""
@@ -226,7 +227,8 @@ class _HostRun:
 
         def one(entry: CNICacheEntry) -> Outcome:
             try:
-                return cni_del(entry, roots=self.x.roots, timeout=self.x.timeout, keep_cache=True)
+                return cni_del(entry, roots=self.x.roots, timeout=self.x.timeout, keep_cache=True,
+                               runtime_state_dir=self.x.runtime_state_dir)
             except Exception as e:  # one sandbox's odd input fails that sandbox, never the batch
                 log.exception("CNI DEL raised", entry=entry.path)
                 return Outcome.failed(f"CNI DEL raised {type(e).__name__}: {e}")
@@ -268,7 +270,7 @@ class _HostRun:
             case VethLink():
                 return delete_veth(resource, net_ns=roots.net_ns)
             case NetnsEntry():
-                return remove_netns(resource, netns_dir=roots.netns_dir)
+                return remove_netns(resource, netns_dir=roots.netns_dir, runtime_state_dir=self.x.runtime_state_dir)
             case VolumeDir():
                 return unmount_volume(resource, proc_root=roots.proc_root, timeout=self.x.unmount_timeout)
             case PodDir():

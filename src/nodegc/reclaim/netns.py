@@ -11,6 +11,7 @@ import stat
 from pathlib import Path
 
 from nodegc.hostio.libc import MNT_DETACH, umount2
+from nodegc.inventory.netns import not_followed, runtime_netns_dir
 from nodegc.model.resources import NetnsEntry
 from nodegc.reclaim.outcomes import Outcome
 
@@ -35,9 +36,23 @@ def _is_mount_point(path: str, st: os.stat_result) -> bool:
     return st.st_dev != os.stat(os.path.dirname(path) or ".").st_dev
 
 
-def remove_netns(ns: NetnsEntry, *, netns_dir: Path | None = None) -> Outcome:
+def remove_netns(ns: NetnsEntry, *, netns_dir: Path | None = None, runtime_state_dir: Path | None = None) -> Outcome:
+    """`netns_dir`: the file must be directly in it (None: anywhere, for tests). A file of the runtime's
+    state dir (`ns.runtime_dir`) must instead be directly in `<runtime_state_dir>/io.containerd.grpc.v1.cri/
+    netns`, reached without a symlink below the state dir; without a configured state dir it is refused."""
     path = os.path.normpath(ns.path)
-    if netns_dir is not None and not _directly_in(path, netns_dir):
+    if ns.runtime_dir:
+        if runtime_state_dir is None:
+            return Outcome.failed(f"{path} is under the runtime's state dir, and no state dir is configured")
+        directory = runtime_netns_dir(runtime_state_dir)
+        if not _directly_in(path, directory):
+            return Outcome.failed(f"{path} is not a file of the runtime's netns directory {directory}")
+        refusal = not_followed(runtime_state_dir)
+        if refusal == "absent":
+            return Outcome.gone(f"{directory} is gone, and the netns file with it")
+        if refusal is not None:
+            return Outcome.failed(f"refused: {refusal}")
+    elif netns_dir is not None and not _directly_in(path, netns_dir):
         return Outcome.failed(f"{path} is not a file of the netns directory {netns_dir}")
     try:
         st = os.lstat(path)

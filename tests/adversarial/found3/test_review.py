@@ -61,11 +61,15 @@ def test_a_junk_pod_log_dir_name_does_not_hide_the_others() -> None:
 
 
 def test_a_bookmark_without_a_resource_version_does_not_make_the_view_fresh(tmp_path: Path) -> None:
+    import threading
+
+    from nodegc.api.reflector import _Run
     from nodegc.desired.reflector import PodReflector
 
     clock = [datetime(2026, 12, 1, 10, 0, tzinfo=UTC)]
     ref = PodReflector("n1", kubeconfig=tmp_path / "none", clock=lambda: clock[0])
-    ref._advance("100")  # a list or an event the server vouches for
+    run = _Run(generation=ref._generation, stopping=threading.Event())
+    ref._advance(run, "100")  # a list or an event the server vouches for
     clock[0] = datetime(2026, 12, 1, 11, 0, tzinfo=UTC)
-    ref._advance(None)  # a bookmark with no resourceVersion: no proof the server's cache moved
+    ref._advance(run, None)  # a bookmark with no resourceVersion: no proof the server's cache moved
     assert ref.last_fresh() == datetime(2026, 12, 1, 10, 0, tzinfo=UTC)

@@ -1,7 +1,8 @@
 """containerd's own things on the host, by the id they name (read only): sandbox state directories under
 `<state>/io.containerd.grpc.v1.cri/sandboxes/<id>` (each with its shm mount), task bundles under
-`<state>/io.containerd.runtime.v2.task/<namespace>/<id>` (with the rootfs mount), netns files under
-`<state>/io.containerd.grpc.v1.cri/netns/`, and `containerd-shim-runc-v2 ... -id <id>` processes.
+`<state>/io.containerd.runtime.v2.task/<namespace>/<id>` (with the rootfs mount), and
+`containerd-shim-runc-v2 ... -id <id>` processes. Netns files under `<state>/io.containerd.grpc.v1.cri/netns/`
+are network namespaces, read by `inventory.netns.scan_runtime_netns`.
 
 Planning compares the ids with what the runtime lists. Symlinks are not followed: a directory on the way
 that resolves outside the state dir, a symlink or an odd name is listed with the reason it cannot be
@@ -57,7 +58,6 @@ def scan_leftovers(state_dir: Path, *, mounts: Iterable[Mount], proc_root: Path 
                    socket: str | None = None) -> tuple[RuntimeLeftover, ...]:
     base = os.path.realpath(os.fsdecode(state_dir))
     index = MountIndex.build(tuple(mounts))
-    points = {m.mount_point for m in index.mounts}
     out: list[RuntimeLeftover] = []
     sandboxes = os.path.join(base, CRI_DIR, "sandboxes")
     out += _id_dirs("sandbox_dir", sandboxes, index, proc_root)
@@ -66,14 +66,6 @@ def scan_leftovers(state_dir: Path, *, mounts: Iterable[Mount], proc_root: Path 
         for ns_dir in _entries(tasks):
             if ns_dir.is_dir(follow_symlinks=False):
                 out += _id_dirs("task_dir", ns_dir.path, index, proc_root)
-    netns_dir = os.path.join(base, CRI_DIR, "netns")
-    try:
-        with os.scandir(netns_dir) as it:
-            for e in it:
-                if not e.is_symlink():
-                    out.append(RuntimeLeftover("netns", e.name, e.path, mounted=e.path in points))
-    except OSError:
-        pass
     out += _shims(proc_root, socket)
     return tuple(out)
 

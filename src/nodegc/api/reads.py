@@ -1,0 +1,66 @@
+"""The two reads under every desired state and cache: a whole list (paged) and a live GET of one object.
+
+One home for both, so the one-shot list (`desired.kube`), the watch caches (`api.reflector`) and the
+controller page the same way and turn objects into the same plain JSON.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import lightkube
+
+from nodegc.api.errors import call, get_or_none
+
+CHUNK_SIZE = 500
+"""Objects per page of a list (`limit`); the continue token keeps every page at the first one's version."""
+
+
+def list_all(
+    client: lightkube.Client,
+    resource: type[Any],
+    *,
+    what: str,
+    fields: Mapping[str, str] | None = None,
+    timeout: float | None = None,
+) -> tuple[list[dict[str, Any]], str | None]:
+    """Every object of `resource` in all namespaces (paged, filtered by `fields` on the server), and the
+    resourceVersion of that consistent list.
+
+    No resourceVersion is sent, so the API server answers from a quorum read (never its possibly lagging
+    watch cache). Any failure on any page raises KubeError: a partial list would make the missing objects
+    look gone.
+    """
+
+    def fetch() -> tuple[list[dict[str, Any]], str | None]:
+        items = client.list(resource, namespace=lightkube.ALL_NS, chunk_size=CHUNK_SIZE,
+                            fields=dict(fields) if fields else None)
+        objects = [plain(item) for item in items]
+        try:
+            rv: str | None = items.resourceVersion
+        except lightkube.NotReadyError:
+            rv = None  # an empty first page without metadata: a watch then starts from "now"
+        return objects, rv
+
+    return call(what, fetch, timeout=timeout)
+
+
+def get_live(client: lightkube.Client, resource: type[Any], *, namespace: str, name: str,
+             what: str) -> dict[str, Any] | None:
+    """A live GET of one object as JSON (None on 404; KubeError otherwise): a fresh read, never a cache."""
+    obj = get_or_none(what, lambda: client.get(resource, name=name, namespace=namespace))
+    return None if obj is None else plain(obj)
+
+
+def plain(item: Any) -> dict[str, Any]:
+    """A typed lightkube object, or a generic resource (a dict whose metadata may be a model), as JSON."""
+    to_dict = getattr(item, "to_dict", None)
+    if callable(to_dict) and not isinstance(item, dict):
+        as_dict: dict[str, Any] = to_dict()
+        return as_dict
+    as_dict = dict(item)
+    meta = as_dict.get("metadata")
+    if meta is not None and not isinstance(meta, Mapping):
+        as_dict["metadata"] = meta.to_dict()
+    return as_dict
