@@ -29,6 +29,7 @@ from nodegc.hostio.mountinfo import mounts_below, read_mounts
 from nodegc.inventory.cri.client import CRIError, RuntimeClient
 from nodegc.inventory.cri.leftovers import (
     CRI_DIR,
+    CRI_NAMESPACE,
     TASKS_DIR,
     expected_mount,
     is_container_id,
@@ -68,7 +69,7 @@ def _relative(left: RuntimeLeftover, base: str) -> list[str] | None:
     parts = left.path[len(base) + 1:].split("/")
     if left.what == "sandbox_dir" and parts[:2] == [CRI_DIR, "sandboxes"] and len(parts) == 3:
         return parts
-    if left.what == "task_dir" and len(parts) == 3 and parts[0] == TASKS_DIR and parts[1] not in ("", ".", ".."):
+    if left.what == "task_dir" and len(parts) == 3 and parts[:2] == [TASKS_DIR, CRI_NAMESPACE]:
         return parts
     return None
 
