@@ -4,7 +4,7 @@ such an id (SIGTERM, a bounded wait, SIGKILL).
 
 Each step first asks the runtime again (a fresh ListPodSandbox and ListContainers must not show the id)
 and re-reads the host: the directory must be exactly `<state>/io.containerd.grpc.v1.cri/sandboxes/<id>` or
-`<state>/io.containerd.runtime.v2.task/<namespace>/<id>` of the resolved state dir, reached with
+`<state>/io.containerd.runtime.v2.task/k8s.io/<id>` of the resolved state dir, reached with
 O_NOFOLLOW from the state dir down, still the verified inode, and hold no mount but its own shm/rootfs
 (still the verified mount id). The unmount is `reclaim.unmounting`'s: a child process with a timeout that
 unmounts only the mount whose id it verified through its own descriptor, and detaches it lazily when it is

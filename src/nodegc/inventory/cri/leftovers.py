@@ -1,6 +1,6 @@
 """containerd's own things on the host, by the id they name (read only): sandbox state directories under
 `<state>/io.containerd.grpc.v1.cri/sandboxes/<id>` (each with its shm mount), task bundles under
-`<state>/io.containerd.runtime.v2.task/<namespace>/<id>` (with the rootfs mount), and
+`<state>/io.containerd.runtime.v2.task/k8s.io/<id>` (with the rootfs mount), and
 `containerd-shim-runc-v2 ... -id <id>` processes. Netns files under `<state>/io.containerd.grpc.v1.cri/netns/`
 are network namespaces, read by `inventory.netns.scan_runtime_netns`.
 
