@@ -102,6 +102,8 @@ def read_mounts(
 def top_of(stack: Sequence[Mount]) -> Mount:
     """Of mounts stacked on one point, the visible one is no other's parent (propagation can tuck a later
     mount underneath, so mountinfo order alone can be wrong); mountinfo order breaks ties."""
+    if len(stack) == 1:
+        return stack[0]
     parents = {m.parent_id for m in stack}
     uncovered = [m for m in stack if m.mount_id not in parents]
     return uncovered[-1] if uncovered else stack[-1]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,15 +28,17 @@ class _Scan:
     def problem(self, path: str, reason: str, *, kind: Kind = Kind.POD_DIR) -> None:
         self.problems.append(ReadProblem(kind, path, reason))
 
-    def entries(self, path: str, *, kind: Kind = Kind.POD_DIR) -> Iterator[os.DirEntry[str]]:
+    def entries(self, path: str, *, kind: Kind = Kind.POD_DIR) -> list[os.DirEntry[str]]:
         """Directory entries sorted by name; a directory that vanished or cannot be read is a problem."""
         try:
             with os.scandir(path) as it:
                 found = list(it)
         except OSError as e:
             self.problem(path, os_reason(e), kind=kind)
-            return iter(())
-        return iter(sorted(found, key=lambda e: e.name))
+            return []
+        if len(found) > 1:
+            found.sort(key=_name)
+        return found
 
     def directory(self, entry: os.DirEntry[str], *, kind: Kind = Kind.POD_DIR) -> bool:
         """True for a real directory; a symlink or anything else is reported and not entered."""
@@ -52,13 +54,18 @@ class _Scan:
         self.problem(entry.path, "not a directory", kind=kind)
         return False
 
-    def named(self, path: str, *, kind: Kind) -> Iterator[os.DirEntry[str]]:
+    def named(self, path: str, *, kind: Kind) -> list[os.DirEntry[str]]:
         """Entries whose names are valid UTF-8; kubelet never writes others, so they are reported."""
-        for entry in self.entries(path, kind=kind):
+        found = self.entries(path, kind=kind)
+        if all(entry.name.isascii() for entry in found):
+            return found
+        out: list[os.DirEntry[str]] = []
+        for entry in found:
             if _is_utf8(entry.name):
-                yield entry
+                out.append(entry)
             else:
                 self.problem(entry.path, "name is not valid UTF-8", kind=kind)
+        return out
 
     def subdirs(self, path: str, *, kind: Kind = Kind.POD_DIR) -> list[os.DirEntry[str]]:
         return [e for e in self.named(path, kind=kind) if self.directory(e, kind=kind)]
@@ -77,6 +84,10 @@ class _Scan:
             else:
                 found.append(entry)
         return found
+
+
+def _name(entry: os.DirEntry[str]) -> str:
+    return entry.name
 
 
 def _is_utf8(name: str) -> bool:

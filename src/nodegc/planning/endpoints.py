@@ -120,6 +120,11 @@ def staleness(
         # took its name: the endpoint's pod is gone, whatever address the newer one holds (a sticky IP is
         # served by the newer pod, whose readiness the endpoint does not speak for; its own endpoint
         # carries its own uid). Without a uid in the targetRef nothing tells the incarnations apart.
+        if pod.static_uid and pod.state is not OwnerState.TERMINAL and (
+                pod.host_network or not addresses_not_held(endpoint.addresses, pod)):
+            # A mirror pod: deleting it makes the kubelet create another, with a new uid, over the same
+            # running static pod. The old uid may be the same pod, on the same address.
+            return None
         same = _same_address(endpoint.addresses, pod)
         return StaleReason.UID_CHANGED, (
             f"pod {namespace}/{ref.name} has uid {pod.uid}, the endpoint names uid {ref.uid}"

@@ -455,10 +455,12 @@ def _by_container(
 ) -> None:
     before = len(ctx.findings)
     _classify_by_container(ctx, kind, ident, container_id, network)
-    added = ctx.findings[before:]
-    mtime = _container_mtime(ctx, container_id) if container_id else None
-    if added and added[0].cls.is_residue and mtime is not None and ctx.young(mtime):
-        ctx.findings[before] = reclass(added[0], FindingClass.PROTECTED, ctx.age_note(mtime))
+    if len(ctx.findings) == before or not ctx.findings[before].cls.is_residue or not container_id:
+        return
+    added = ctx.findings[before]
+    mtime = _container_mtime(ctx, container_id)
+    if mtime is not None and ctx.young(mtime):
+        ctx.findings[before] = reclass(added, FindingClass.PROTECTED, ctx.age_note(mtime))
 
 
 def _classify_by_container(
@@ -476,9 +478,11 @@ def _classify_by_container(
     evidence: tuple[str, ...] = (f"comment names network {network} container {short(container_id)}",)
     res = _resolve_container(ctx, container_id, network)
     if res is not None:
-        ips = [ip for e in _cache_for(ctx, container_id, network) for ip in e.ips]
-        ips += sorted(ctx.chain_ips.get(container_id, ()))
-        conflict = _claimed_elsewhere(ctx, ips, res.owner.uid) if res.state in GONE else None
+        conflict = None
+        if res.state in GONE:
+            ips = [ip for e in _cache_for(ctx, container_id, network) for ip in e.ips]
+            ips += sorted(ctx.chain_ips.get(container_id, ()))
+            conflict = _claimed_elsewhere(ctx, ips, res.owner.uid)
         evidence += res.evidence
         if res.state is OwnerState.UNKNOWN:
             cls = FindingClass.UNKNOWN

@@ -78,3 +78,32 @@ def test_a_pod_list_older_than_the_slice_cannot_remove_the_new_incarnations_endp
     assert report is not None
     assert report.removed == [] and report.kept_on_reverify == 1
     assert slice_addresses(api, "db-operator") == ["10.0.0.9"]
+
+
+def _mirror(uid: str, ip: str) -> dict[str, Any]:
+    p = pod("etcd-n1", ip, uid=uid)
+    p["metadata"]["annotations"] = {"kubernetes.io/config.mirror": "6c1f0f0a5b2e4c8a9d3e7f1b2a4c6e8d"}
+    return p
+
+
+def test_a_recreated_mirror_pod_keeps_the_static_pods_endpoint(api: FakeKubeAPI, kubeconfig: Path) -> None:
+    """`kubectl delete pod` on a static pod's mirror: the kubelet makes a new mirror (a new uid) over the
+    same running static pod, on the same address. The endpoint's old uid may be that very pod: kept."""
+    api.add("services", service())
+    api.add_pod(_mirror("uid-mirror-2", "10.0.0.30"))
+    api.add("endpointslices", endpointslice(
+        "etcd-operator", endpoint("10.0.0.30", "etcd-n1", uid="uid-mirror-1"), managed_by=OPERATOR))
+    report = run_pass(kubeconfig)
+    assert report is not None
+    assert report.stale == [] and report.removed == []
+    assert slice_addresses(api, "etcd-operator") == ["10.0.0.30"]
+
+
+def test_a_mirror_on_another_address_is_another_incarnation(api: FakeKubeAPI, kubeconfig: Path) -> None:
+    api.add("services", service())
+    api.add_pod(_mirror("uid-mirror-2", "10.0.0.31"))  # the static pod was restarted: a new sandbox, a new IP
+    api.add("endpointslices", endpointslice(
+        "etcd-operator", endpoint("10.0.0.30", "etcd-n1", uid="uid-mirror-1"), managed_by=OPERATOR))
+    report = run_pass(kubeconfig)
+    assert report is not None
+    assert [s.reason.value for s in report.removed] == ["uid_changed"]
