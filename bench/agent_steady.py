@@ -166,7 +166,8 @@ def measure_setup(setup: str, node: SandboxNode, pods: list[Any], args: argparse
     if source == "api":
         from tests.api.fakeapi import FakeKubeAPI
 
-        api = stack.enter_context(FakeKubeAPI(bookmark_interval=60.0))
+        # kubelets: the node Lease renewed, which the agent reads to prove each list of its pods current
+        api = stack.enter_context(FakeKubeAPI(bookmark_interval=60.0, kubelets=(node.node_name,)))
         for pod in pods:
             api.add_pod(node.pod_record(pod))
         base += ["--kubeconfig", str(api.write_kubeconfig(node.root / "kubeconfig"))]
