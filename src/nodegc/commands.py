@@ -192,7 +192,8 @@ class Progress:
 
 @dataclasses.dataclass
 class StreamingExecutor:
-    """The host executor, with every outcome handed to Progress the moment it is recorded."""
+    """The host executor, with every outcome handed to Progress the moment the engine has it (the ledger
+    records a step's outcomes together)."""
 
     inner: Executor
     progress: Progress

@@ -231,8 +231,8 @@ def add_runtime_flags(p: argparse.ArgumentParser, *, engine: bool = False) -> No
         return
     g.add_argument("--running-orphan-grace", type=seconds(">=", 0), default=defaults.RUNNING_ORPHAN_GRACE_SECONDS,
                    metavar="DURATION", help="a READY sandbox whose pod is absent from the API this long is reported"
-                                           " (Event, metric; counted from when this process first saw it;"
-                                           " default: %(default)s)")
+                                           " (Event, metric; counted from when nodegc first saw it so, kept in"
+                                           " the ledger across restarts; default: %(default)s)")
     g.add_argument("--stop-running-orphans", action="store_true",
                    help="also stop such sandboxes through CRI (their workload is still running; default: report)")
     g.add_argument("--stop-orphan-shims", action="store_true",

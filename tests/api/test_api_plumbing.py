@@ -28,7 +28,7 @@ def test_the_agent_builds_one_client_for_watch_gets_and_events(tmp_path: Path) -
             assert isinstance(source, PodReflector) and isinstance(events, EventRecorder)
             assert source._client is events._client
             assert conditions is not None and conditions.client is events._client
-            assert source.wait_synced(5)
+            assert source.wait_synced(30)
 
 
 def test_loader_errors_never_quote_the_file(tmp_path: Path) -> None:

@@ -29,7 +29,7 @@ def test_stalled_watch_refuses_destructive_steps(tmp_path: Path) -> None:
         api.add_pod(pod("web"))
         ref = reflector(api.write_kubeconfig(tmp_path / "kubeconfig"), idle_timeout_seconds=30.0).start()
         try:
-            assert ref.wait_synced(10)
+            assert ref.wait_synced(30)
             settings = EngineSettings(phases=PhasePolicy(consecutive_scans=1, grace_seconds=0),
                                       correlation=CorrelationPolicy(min_age_seconds=0), max_desired_age_seconds=1.0)
             metrics = Metrics()

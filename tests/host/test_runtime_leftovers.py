@@ -42,14 +42,17 @@ TASKS = "io.containerd.runtime.v2.task/k8s.io"
 
 
 def _nodegc(node: SandboxNode, rt: SandboxContainerd, snap: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "nodegc", *argv, *_roots(node, rt, snap)], capture_output=True,
+                          text=True, timeout=300, check=False)
+
+
+def _roots(node: SandboxNode, rt: SandboxContainerd, snap: Path) -> list[str]:
     r = node.roots
-    roots = ["--kubelet-root", str(r.kubelet_root), "--cni-data-dir", str(r.cni_data_dir), "--netns-dir",
+    return ["--kubelet-root", str(r.kubelet_root), "--cni-data-dir", str(r.cni_data_dir), "--netns-dir",
              str(r.netns_dir), "--net-ns", str(r.net_ns), "--cni-bin-dir", "/usr/lib/cni",
              "--cni-conf-dir", str(r.cni_conf_dir), "--pods-from", str(snap), "--node", node.node_name,
              "--runtime-endpoint", rt.endpoint, "--runtime-state-dir", str(rt.state), "--min-age", "0",
              "--pod-log-dir", str(rt.log_root)]
-    return subprocess.run([sys.executable, "-m", "nodegc", *argv, *roots], capture_output=True, text=True,
-                          timeout=300, check=False)
 
 
 def _status(rt: SandboxContainerd, sid: str) -> tuple[bool, tuple[str, ...], str | None] | None:
@@ -170,20 +173,29 @@ def _executor_refuses(rt: SandboxContainerd, planted: Path, outside: Path) -> No
     assert planted.is_symlink() and (outside / "keep").read_text() == "not containerd's"
 
 
-def test_state_dirs_and_mounts_without_a_runtime_behind_them(containerd_node: Runtime, tmp_path: Path) -> None:
-    node, rt = containerd_node
-    gone, odd = new_spec("gone"), new_spec("odd")
-    gone_sid, odd_sid = rt.run_sandbox(gone), rt.run_sandbox(odd)
-    gone_cid, odd_cid = rt.run_container(gone_sid, gone), rt.run_container(odd_sid, odd)
+def _power_loss_leftovers(rt: SandboxContainerd, *names: str) -> list[tuple[str, str]]:
+    """(sandbox id, container id) of pods whose state dirs and mounts outlived a power loss unseen by
+    containerd's start-up recovery."""
+    specs = [new_spec(name) for name in names]
+    ids = []
+    for spec in specs:
+        sid = rt.run_sandbox(spec)
+        ids.append((sid, rt.run_container(sid, spec)))
     rt.kill_everything()  # a power loss: every process dies, the mounts stay
     shutil.rmtree(rt.root / "io.containerd.metadata.v1.bolt", ignore_errors=True)
-    moves = _hold_aside(rt, rt.state.parent / "held-gone", gone_sid, gone_cid)
-    moves += _hold_aside(rt, rt.state.parent / "held-odd", odd_sid, odd_cid)
+    moves = [m for (sid, cid), name in zip(ids, names, strict=True)
+             for m in _hold_aside(rt, rt.state.parent / f"held-{name}", sid, cid)]
     rt.start()
     for src, dst in moves:
         dst.rename(src)
+    assert all(is_mounted(p) for sid, cid in ids for p in _own_mounts(rt, sid, (cid,)))
+    return ids
+
+
+def test_state_dirs_and_mounts_without_a_runtime_behind_them(containerd_node: Runtime, tmp_path: Path) -> None:
+    node, rt = containerd_node
+    (gone_sid, gone_cid), (odd_sid, odd_cid) = _power_loss_leftovers(rt, "gone", "odd")
     gone_mounts, odd_mounts = _own_mounts(rt, gone_sid, (gone_cid,)), _own_mounts(rt, odd_sid, (odd_cid,))
-    assert all(is_mounted(p) for p in gone_mounts + odd_mounts)
     live = new_spec("live")
     live_sid = rt.run_sandbox(live)
     live_cid = rt.run_container(live_sid, live)
@@ -220,6 +232,29 @@ def test_state_dirs_and_mounts_without_a_runtime_behind_them(containerd_node: Ru
     finally:
         with contextlib.suppress(OSError):
             _sys_umount(foreign, 0)
+
+
+def test_a_crash_after_a_directory_went_resumes_from_the_checkpoint(containerd_node: Runtime,
+                                                                     tmp_path: Path) -> None:
+    node, rt = containerd_node
+    [(sid, cid)] = _power_loss_leftovers(rt, "gone")
+    dirs = [rt.state / CRI / "sandboxes" / sid, rt.state / TASKS / sid, rt.state / TASKS / cid]
+    snap = write_pods(tmp_path / "pods.json", [])
+    state = ["--state-dir", str(tmp_path / "state"), "--allow-empty-desired"]
+    env = {**os.environ, "NODEGC_FAULT": "after_clean:runtime_leftover"}
+    crashed = subprocess.run([sys.executable, "-m", "nodegc", "clean", "--apply", *state, *_roots(node, rt, snap)],
+                             env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-2000:]
+    assert sum(not d.exists() for d in dirs) == 1  # the first step ran, its result was never recorded
+    again = _nodegc(node, rt, snap, "clean", "--apply", *state, "-o", "json")
+    assert again.returncode in (0, 3), again.stderr[-2000:]
+    assert not any(d.exists() for d in dirs) and not any(is_mounted(p) for p in _own_mounts(rt, sid, (cid,)))
+    history = subprocess.run([sys.executable, "-m", "nodegc", "history", *state[:2], "-o", "json"],
+                             capture_output=True, text=True, timeout=60, check=False)
+    rows = [r for r in json.loads(history.stdout)["items"] if r["kind"] == "runtime_leftover"]
+    closed = {r["item"] for r in rows if r["to"] == "closed"}
+    assert closed == {f"runtime_leftover:{d}" for d in dirs}, rows
+    assert any("interrupted" in r["reason"] for r in rows if r["to"] in ("closed", "cleaned")), rows
 
 
 def test_an_empty_or_incomplete_runtime_list_blocks_every_leftover(containerd_node: Runtime, tmp_path: Path) -> None:
@@ -262,6 +297,36 @@ def test_an_empty_or_incomplete_runtime_list_blocks_every_leftover(containerd_no
         assert not [i for i in ledger.items().values() if i.kind.value == "runtime_leftover"]
     assert _alive(shim_pid)
     assert (rt.state / TASKS / lost_sid).is_dir()
+
+
+def test_another_containerd_clients_tasks_and_shims_are_never_judged(containerd_node: Runtime,
+                                                                     tmp_path: Path) -> None:
+    """Docker (namespace `moby`) or nerdctl share containerd: the CRI lists none of their containers, so
+    their shims and task bundles are not the CRI's leftovers, even with --stop-orphan-shims."""
+    node, rt = containerd_node
+    ctr = ["ctr", "--address", str(rt.socket), "--namespace", "moby"]
+    subprocess.run([*ctr, "images", "import", str(rt.images_dir / "busybox.tar")], check=True, capture_output=True,
+                   timeout=60)
+    name = "dockerish"
+    subprocess.run([*ctr, "run", "-d", "--cgroup", f"/{rt.cgroup_parent}/moby", "localhost/nodegc/busybox:1", name,
+                    "/bin/sleep", "600"], check=True, capture_output=True, timeout=60)
+    try:
+        task = rt.state / "io.containerd.runtime.v2.task/moby" / name
+        assert task.is_dir() and is_mounted(task / "rootfs")
+        [shim_pid] = [p for p in rt.shim_pids() if b"moby" in Path(f"/proc/{p}/cmdline").read_bytes()]
+        snap = write_pods(tmp_path / "pods.json", [])
+        scan = _nodegc(node, rt, snap, "scan", "-o", "json")
+        assert not [f for f in _leftovers(json.loads(scan.stdout)).values() if "moby" in f["id"]
+                    or f["id"] == f"/proc/{shim_pid}"]
+        clean = _nodegc(node, rt, snap, "clean", "--apply", "--stop-orphan-shims", "--allow-empty-desired",
+                        "--state-dir", str(tmp_path / "state"), "-o", "json")
+        assert clean.returncode in (0, 3), clean.stderr[-2000:]
+        assert _alive(shim_pid) and is_mounted(task / "rootfs")
+    finally:
+        subprocess.run([*ctr, "task", "kill", "-s", "KILL", name], capture_output=True, timeout=30, check=False)
+        time.sleep(0.5)
+        subprocess.run([*ctr, "task", "delete", "-f", name], capture_output=True, timeout=30, check=False)
+        subprocess.run([*ctr, "container", "delete", name], capture_output=True, timeout=30, check=False)
 
 
 def test_a_shim_is_signalled_only_while_it_is_the_verified_unknown_one(containerd_node: Runtime) -> None:

@@ -159,7 +159,8 @@ class Engine:
         self.node: str | None = None
         """The node the desired state is about, learned from the first fetch."""
         self.ip_ranges = RangeTracker()
-        self.orphans = RunningOrphans(grace_seconds=self.settings.running_orphan_grace_seconds)
+        self.orphans = RunningOrphans(grace_seconds=self.settings.running_orphan_grace_seconds, store=ledger,
+                                      on_store_error=self.metrics.ledger_error)
         self._gave_up: frozenset[str] = frozenset()
         """Sandboxes whose removal through the runtime failed repeatedly, as of the last scan."""
         self.bucket = TokenBucket(per_minute=self.settings.reclaims_per_minute, burst=self.settings.reclaim_burst,
@@ -185,7 +186,8 @@ class Engine:
         desired, inventory, findings = detected
         now = self.clock()
         self._mark(inventory, findings, now)
-        report.running_orphans = self.orphans.observe(findings, now)
+        report.running_orphans = self.orphans.observe(
+            findings, now, view=inventory.runtime, complete=runtime_unusable(inventory.runtime, desired.pods) is None)
         report.orphan_shims = orphan_shims(inventory, findings)
         view = inventory.runtime
         self.metrics.runtime(None if view is None else view.reachable, len(report.running_orphans),
@@ -378,7 +380,7 @@ class Engine:
         for f in report.running_orphans:
             try:
                 stopped, why = stop_running_orphan(f, endpoint=endpoint, timeout=self.settings.scan.runtime_timeout,
-                                                   get_pod=self.source.get_pod)
+                                                   get_pod=self.source.get_pod, seen=self.orphans.sandboxes.get(f.id))
             except SourceError as e:
                 self._block(report, "source_unavailable", f"live GET failed, no running orphan is stopped: {e}")
                 return

@@ -1,42 +1,124 @@
-"""READY sandboxes of pods the API no longer shows (`running_orphan`): counted from when this process
-first saw each one, reported once absent longer than the long grace, and stopped only on opt-in.
+"""READY sandboxes of pods the API no longer shows (`running_orphan`): counted from when nodegc first saw
+each one so, reported once absent longer than the long grace, and stopped only on opt-in.
+
+The first-seen time of each is kept in the ledger by sandbox id, with the pod UID and the creation time the
+sandbox had then, so an agent that restarts (or crash-loops) goes on counting instead of starting over. It
+is forgotten when the sandbox is no longer a running orphan in a complete runtime list (its pod is in the
+API again, it stopped, or it is gone); a runtime that cannot be read, or whose list misses a running pod's
+sandbox, changes nothing. A first-seen time after now (the clock stepped back, a ledger copied from
+elsewhere) counts as now: it never makes an orphan older. A ledger that cannot be read or written leaves
+the count in this process's memory, and the log says so.
 
 Stopping is destructive and the workload is still running, so it takes every check a reclaim takes and
 more: the cycle's guards passed, a live GET finds no pod with that UID, and a fresh PodSandboxStatus still
-shows the same sandbox (same creation time) READY. Only StopPodSandbox is called: the sandbox then turns
-NotReady and, one grace later, is an `orphaned_sandbox` removed through the usual phases.
+shows the same sandbox READY, for the same pod UID and with the creation time seen at detect (a sandbox
+the runtime made anew is not the one that was judged). Only StopPodSandbox is called: the sandbox then
+turns NotReady and, one grace later, is an `orphaned_sandbox` removed through the usual phases.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from nodegc import defaults
 from nodegc.inventory.cri.client import CRIError, RuntimeClient
+from nodegc.ledger.store import LedgerError, OrphanSeen
 from nodegc.model.findings import Finding, FindingClass
 from nodegc.model.pods import Pod
+from nodegc.model.resources import Kind
+from nodegc.model.runtime import RuntimeSandbox, RuntimeView
 from nodegc.observe.logs import get_logger
 
 log = get_logger("nodegc.engine")
 
 
+class OrphanStore(Protocol):
+    """Where first-seen times persist (`ledger.store.Ledger`)."""
+
+    def running_orphans(self) -> dict[str, OrphanSeen]: ...
+    def save_running_orphans(self, *, seen: dict[str, OrphanSeen], forget: Iterable[str] = ()) -> None: ...
+
+
+def _created(sb: RuntimeSandbox | None) -> str:
+    return sb.created_at.isoformat() if sb is not None and sb.created_at is not None else ""
+
+
 @dataclass
 class RunningOrphans:
     grace_seconds: float = defaults.RUNNING_ORPHAN_GRACE_SECONDS
-    first_seen: dict[str, float] = field(default_factory=dict)
+    store: OrphanStore | None = None
+    """None: counted in memory only (a process's life)."""
+    on_store_error: Callable[[], None] | None = None
+    first_seen: dict[str, OrphanSeen] = field(default_factory=dict)
+    """The records as last read or written (the store's when it answers, this process's when it does not)."""
+    sandboxes: dict[str, RuntimeSandbox] = field(default_factory=dict)
+    """The running orphans of the last observation, as the runtime listed them (what a stop must find again)."""
+    _store_down: bool = False
 
-    def observe(self, findings: Iterable[Finding], now: float) -> list[Finding]:
-        """The running orphans absent longer than the grace; forgets the ones no longer seen."""
-        current = {f.id: f for f in findings if f.cls is FindingClass.RUNNING_ORPHAN}
-        for sid in set(self.first_seen) - set(current):
-            del self.first_seen[sid]
+    def observe(self, findings: Iterable[Finding], now: float, *, view: RuntimeView | None = None,
+                complete: bool = True) -> list[Finding]:
+        """The running orphans absent longer than the grace. Only a complete, reachable runtime list (and
+        `view` given) forgets the sandboxes that are running orphans no more."""
+        records = self._load()
+        current = {f.id: f for f in findings if f.kind is Kind.SANDBOX and f.cls is FindingClass.RUNNING_ORPHAN}
+        listed = view.by_id() if view is not None and view.reachable else {}
+        decisive = view is not None and view.reachable and complete
+        forget = [sid for sid in records if sid not in current] if decisive else []
+        changed: dict[str, OrphanSeen] = {}
         due: list[Finding] = []
+        self.sandboxes = {}
         for sid, f in current.items():
-            first = self.first_seen.setdefault(sid, now)
-            if now - first >= self.grace_seconds:
+            sb = listed.get(sid)
+            uid, created = (sb.pod_uid if sb is not None else f.owner.uid or ""), _created(sb)
+            rec = records.get(sid)
+            if rec is None or rec.pod_uid != uid or rec.created_at != created:
+                rec = changed[sid] = OrphanSeen(first_seen=now, pod_uid=uid, created_at=created)
+            elif rec.first_seen > now:
+                log.warning("running orphan first seen in the future (clock stepped back, or a ledger from"
+                            " elsewhere): counted from now", sandbox=sid, first_seen=rec.first_seen, now=now)
+                rec = changed[sid] = OrphanSeen(first_seen=now, pod_uid=uid, created_at=created)
+            if sb is not None:
+                self.sandboxes[sid] = sb
+            if now - rec.first_seen >= self.grace_seconds:
                 due.append(f)
+        records = {sid: r for sid, r in records.items() if sid not in forget} | changed
+        self.first_seen = records
+        if changed or forget:
+            self._save(changed, forget)
         return due
+
+    def _load(self) -> dict[str, OrphanSeen]:
+        if self.store is None:
+            return dict(self.first_seen)
+        try:
+            records = self.store.running_orphans()
+        except LedgerError as e:
+            self._store_failed("read", e)
+            return dict(self.first_seen)
+        if self._store_down:
+            self._store_down = False
+            log.info("running orphans' first-seen times read from the ledger again")
+        return records
+
+    def _save(self, changed: dict[str, OrphanSeen], forget: list[str]) -> None:
+        if self.store is None:
+            return
+        try:
+            # The in-memory records are the whole truth while the store failed: write them all back.
+            self.store.save_running_orphans(seen=self.first_seen if self._store_down else changed, forget=forget)
+        except LedgerError as e:
+            self._store_failed("written", e)
+
+    def _store_failed(self, what: str, e: LedgerError) -> None:
+        if self.on_store_error is not None:
+            self.on_store_error()
+        if not self._store_down:
+            log.warning("running orphans' first-seen times unavailable in the ledger: counted in this process's"
+                        " memory until it answers (a restart then starts their grace over)", operation=what,
+                        error=str(e))
+        self._store_down = True
 
 
 def stop_running_orphan(
@@ -45,11 +127,17 @@ def stop_running_orphan(
     endpoint: str,
     timeout: float,
     get_pod: Callable[[str, str], Pod | None],
+    seen: RuntimeSandbox | None = None,
 ) -> tuple[bool, str]:
-    """(stopped, why). Any doubt, or any failure to ask, keeps the sandbox running."""
+    """(stopped, why). Any doubt, or any failure to ask, keeps the sandbox running. `seen`: the sandbox as
+    the scan that judged it listed it; its creation time must be the fresh status's."""
+    from nodegc.inventory.cri.reading import sandbox_from_status
+
     ns, name, uid = finding.owner.namespace, finding.owner.name, finding.owner.uid
     if not (ns and name and uid):
         return False, "the sandbox names no pod namespace, name and uid"
+    if seen is None or seen.created_at is None:
+        return False, "the creation time the sandbox was judged with is unknown"
     pod = get_pod(ns, name)
     if pod is not None and uid in (pod.uid, pod.static_uid):
         return False, f"pod {ns}/{name} with that uid exists again"
@@ -62,6 +150,10 @@ def stop_running_orphan(
                 return False, "the sandbox is no longer READY"
             if reply.status.metadata.uid != uid:
                 return False, "the sandbox id now names another pod's sandbox"
+            created = sandbox_from_status(reply).created_at
+            if created != seen.created_at:
+                return False, (f"the sandbox's creation time is now {created.isoformat() if created else 'unknown'},"
+                               f" not {seen.created_at.isoformat()}: not the sandbox that was judged")
             client.stop_sandbox(finding.id)
     except CRIError as e:
         return False, f"runtime: {e}"

@@ -1,4 +1,5 @@
-"""SQLite store for tracked items and their transition history.
+"""SQLite store for tracked items and their transition history, and for when each running orphan (a READY
+sandbox whose pod the API no longer shows) was first seen so, by sandbox id: its long grace survives restarts.
 
 One file, WAL, one transaction per batch of transitions, fsync'd (synchronous=FULL) before the engine
 acts. A second nodegc on the same ledger is refused through an exclusive flock on `<ledger>.lock`.
@@ -27,7 +28,7 @@ from typing import Any, Protocol
 from nodegc.model.items import Identity, Item, Phase
 from nodegc.model.resources import Kind
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 PRUNE_INTERVAL_SECONDS = 3600.0
 """Retention runs at most this often, on a write."""
 
@@ -67,6 +68,12 @@ _BASE_SCHEMA = (
 
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     2: ("CREATE INDEX IF NOT EXISTS items_phase_last_seen ON items (phase, last_seen)",),
+    3: ("""CREATE TABLE IF NOT EXISTS running_orphans (
+    sandbox_id TEXT PRIMARY KEY,
+    pod_uid TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    first_seen REAL NOT NULL
+)""",),
 }
 """Statements that take a ledger from version N-1 to N; a new ledger runs them all after the base schema."""
 
@@ -114,6 +121,17 @@ class HistoryRow:
     to_phase: str
     reason: str
     owner: str | None
+
+
+@dataclass(frozen=True)
+class OrphanSeen:
+    """When a READY sandbox was first seen with its pod absent from the API (`running_orphan`), with the
+    identity it had then: a record whose sandbox now names another pod or creation time is not its own."""
+
+    first_seen: float
+    pod_uid: str
+    created_at: str
+    """ISO 8601, or "" when the runtime gave none."""
 
 
 @dataclass(frozen=True)
@@ -243,6 +261,28 @@ class Ledger:
         if self.retention_seconds is not None and now - self._pruned_at >= PRUNE_INTERVAL_SECONDS:
             self._pruned_at = now  # a failing prune is retried an interval later, not on every write
             self.prune(before=now - self.retention_seconds)
+
+    def running_orphans(self) -> dict[str, OrphanSeen]:
+        """The first-seen record of every running orphan, by sandbox id."""
+        rows = self._read("SELECT sandbox_id, pod_uid, created_at, first_seen FROM running_orphans")
+        out: dict[str, OrphanSeen] = {}
+        for raw in rows:
+            sid, uid, created, first = (_dec(v) for v in raw)
+            if not (isinstance(sid, str) and isinstance(uid, str) and isinstance(created, str)
+                    and isinstance(first, int | float) and math.isfinite(first)):
+                raise LedgerError(f"running orphan row {_shown(sid)!r} is unreadable")
+            out[sid] = OrphanSeen(first_seen=float(first), pod_uid=uid, created_at=created)
+        return out
+
+    def save_running_orphans(self, *, seen: dict[str, OrphanSeen], forget: Iterable[str] = ()) -> None:
+        """Record (or overwrite) the given first-seen times and drop the forgotten ids, in one transaction."""
+        with self._tx("running orphans") as db:
+            for sid in forget:
+                db.execute("DELETE FROM running_orphans WHERE sandbox_id = ?", (_enc(sid),))
+            for sid, rec in seen.items():
+                db.execute("INSERT OR REPLACE INTO running_orphans (sandbox_id, pod_uid, created_at, first_seen)"
+                           " VALUES (?, ?, ?, ?)", tuple(_enc(v) for v in (sid, rec.pod_uid, rec.created_at,
+                                                                            rec.first_seen)))
 
     def prune(self, *, before: float) -> Pruned:
         """Drop closed and released items last seen before `before`, and history rows older than that

@@ -208,15 +208,37 @@ class _Runtime:
         shims = {left.id: left for left in self.view.leftovers if left.what == "shim"}
         busy = {i: left.busy for left in self.view.leftovers if left.what == "task_dir" and left.busy
                 for i in (left.id, left.sandbox_id) if i}
+        blind = self._leftovers_unjudgeable(shims)
         for left in self.view.leftovers:
             if left.what not in ("sandbox_dir", "task_dir", "shim"):
                 continue  # netns files under the state dir are network namespaces (Kind.NETNS), not leftovers
             if left.id in known:
                 continue  # the runtime's own: never touched
-            self.ctx.add(self._leftover(left, known, shims, busy))
+            self.ctx.add(self._leftover(left, known, shims, busy, blind))
+
+    def _leftovers_unjudgeable(self, shims: dict[str, RuntimeLeftover]) -> str | None:
+        """Why no leftover can be judged this scan, beyond the list's completeness for network attachments:
+        - a running pod on the host network without a sandbox in the list: the list misses it (containerd's
+          start-up recovery skips a sandbox it cannot load; its shim and processes run on), and its state
+          dir and task bundles are exactly what the list does not show;
+        - READY sandboxes listed, none of whose shims the process table shows: that table is not the
+          node's (another pid namespace) or the shims' `-address` is another spelling of the socket, so
+          "no shim of this id runs" and "its init process is gone" prove nothing."""
+        uids = {sb.pod_uid for sb in self.view.sandboxes}
+        missing = [p for p in self.ctx.desired.pods if p.state is OwnerState.LIVE and p.host_network
+                   and p.uid not in uids and (p.static_uid or "") not in uids]
+        if missing:
+            return (f"the runtime lists no sandbox for running pod {missing[0].namespace}/{missing[0].name}"
+                    " (host network): its list is not the node's whole word")
+        ready = [sb.id for sb in self.view.sandboxes if sb.ready]
+        if ready and not any(i in shims for i in ready):
+            return (f"no shim of the {len(ready)} READY sandbox(es) the runtime lists is in the process table"
+                    f" (e.g. {short(ready[0])}): it is not the node's, or the shims' -address is not"
+                    " the endpoint's socket; which shims and init processes run cannot be told")
+        return None
 
     def _leftover(self, left: RuntimeLeftover, known: set[str], shims: dict[str, RuntimeLeftover],
-                  busy: dict[str, str]) -> Finding:
+                  busy: dict[str, str], blind: str | None = None) -> Finding:
         state = "mounted" if left.mounted else f"pid {left.pid}" if left.pid else "not mounted"
         why = (f"{left.what} of id {short(left.id) or '?'} ({state}): the runtime ({self._who()}) lists no such"
                " sandbox or container")
@@ -230,6 +252,8 @@ class _Runtime:
         starting = self._starting_without_sandbox(left)
         if left.problem:
             return finding(FindingClass.RUNTIME_LEFTOVER, f"not reclaimed: {left.problem}")
+        if blind:
+            return finding(FindingClass.PROTECTED, f"not judged: {blind}")
         if starting:
             return finding(FindingClass.PROTECTED, starting)
         if left.what == "shim":

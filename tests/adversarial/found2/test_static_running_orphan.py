@@ -37,8 +37,9 @@ def test_the_ready_sandbox_of_an_unmirrored_static_pod_is_not_a_running_orphan()
     assert f.cls is not FindingClass.RUNNING_ORPHAN, f.evidence
     # what the engine does next with --stop-running-orphans: the live GET by name finds no mirror pod, so
     # only the runtime is asked (here nothing answers: the stop would have been attempted)
+    seen = _inventory(manifest).runtime.sandboxes[0]  # type: ignore[union-attr]
     _stopped, why = stop_running_orphan(f, endpoint="unix:///nonexistent/cri.sock", timeout=1.0,
-                                        get_pod=lambda ns, name: None)
+                                        get_pod=lambda ns, name: None, seen=seen)
     assert why.startswith("runtime:"), why
 
 

@@ -17,7 +17,7 @@ def test_repeated_410_relists_back_off(tmp_path: Path) -> None:
         store_cls = type(api.store)
         api.store.__class__ = type("AlwaysCompacted", (store_cls,), {"compacted_rv": property(lambda s: 10**9)})
         with reflector(kubeconfig, retry_seconds=0.2, max_retry_seconds=2.0) as ref:
-            assert ref.wait_synced(5)
+            assert ref.wait_synced(30)
             time.sleep(2.0)
         n = len(lists(api))
         # with a backoff starting at 0.2 s and doubling, a handful of lists fit in 2 s
