@@ -21,7 +21,7 @@ import os
 import re
 import stat
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -50,6 +50,8 @@ class _Read:
     state: DesiredState
     stamp: tuple[int, int, int, int, int]
     """(device, inode, mtime ns, ctime ns, size) of the file that was parsed."""
+    written: datetime
+    """Its modification time: it never goes back from one read to the next of the same source."""
 
 
 class SnapshotSource:
@@ -65,37 +67,37 @@ class SnapshotSource:
         self.node = node
         self.name = f"snapshot:{path}"
         self._clock = clock
-        self._photo: datetime | None = None
-        """The time of the newest photo fetch() handed out: what detect and terminate judged by."""
+        self._written: datetime | None = None
+        """The file time of the newest photo fetch() handed out: what detect and terminate judged by."""
         self._last: _Read | None = None
-        self._warned: set[str] = set()
+        self._warned: tuple[str, ...] = ()
 
     def fetch(self) -> DesiredState:
         # The file's time, not the read's and not clamped to now: a day-old file must look a day old to the
         # engine's staleness guard, and a file from the future must look like one (the guard refuses both).
-        state = self._read().state
-        if self._photo is not None and state.fetched_at < self._photo:
+        read = self._read()
+        if self._written is not None and read.written < self._written:
             raise SourceError(
-                f"snapshot {self.path} is now dated {_iso(state.fetched_at)}, before the photo already read "
-                f"({_iso(self._photo)}): a file replaced by an older one says nothing about the pods since")
-        self._photo = state.fetched_at
-        return state
+                f"snapshot {self.path} is now dated {_iso(read.written)}, before the one already read "
+                f"({_iso(self._written)}): a file replaced by an older one says nothing about the pods since")
+        self._written = read.written
+        return read.state
 
     def get_pod(self, namespace: str, name: str) -> Pod | None:
         """The file as it is now: the freshest a snapshot can be. It is not a live read, which is why the
         engine only acts on a snapshot younger than its staleness limit. The file is parsed again only when
         it changed (device, inode, times or size), not once per item; a re-read older than the photo the
         scan used, or dated in the future, is refused."""
-        state = self._current().state
-        if self._photo is not None and state.fetched_at < self._photo:
+        read = self._current()
+        if self._written is not None and read.written < self._written:
             raise SourceError(
-                f"snapshot {self.path} re-read at terminate is dated {_iso(state.fetched_at)}, before the photo"
-                f" the scan used ({_iso(self._photo)}): it cannot re-verify what that photo decided")
-        ahead = (state.fetched_at - self._clock()).total_seconds()
+                f"snapshot {self.path} re-read at terminate is dated {_iso(read.written)}, before the photo"
+                f" the scan used ({_iso(self._written)}): it cannot re-verify what that photo decided")
+        ahead = (max(read.written, read.state.fetched_at) - self._clock()).total_seconds()
         if ahead > FUTURE_TOLERANCE_SECONDS:
             raise SourceError(
                 f"snapshot {self.path} re-read at terminate is dated {ahead:.0f}s in the future: a broken clock")
-        for pod in state.pods:
+        for pod in read.state.pods:
             if pod.namespace == namespace and pod.name == name:
                 return pod
         return None
@@ -116,11 +118,15 @@ class SnapshotSource:
         written = _mtime(self.path, st)
         state = parse_snapshot(content, path=self.path, node=self.node, written=written, source=self.name,
                                projected=_projected(self.path))
-        for warning in state.warnings:
-            if warning not in self._warned:
-                self._warned.add(warning)
+        if (written - self._clock()).total_seconds() > FUTURE_TOLERANCE_SECONDS:
+            # Written by a clock ahead of this one (it stepped back since): a broken clock, whatever the
+            # content says; dated so, the engine refuses it.
+            state = replace(state, fetched_at=max(written, state.fetched_at))
+        if state.warnings != self._warned:
+            self._warned = state.warnings
+            for warning in state.warnings:
                 log.warning("snapshot dating", source=self.name, detail=warning)
-        self._last = _Read(state, _stamp(st))
+        self._last = _Read(state, _stamp(st), written)
         return self._last
 
 

@@ -122,7 +122,7 @@ def test_a_reread_older_than_the_photo_the_scan_used_is_refused(tmp_path: Path) 
     write(f, pod_list(pod("a")), mtime=now - 60)
     with pytest.raises(SourceError, match="before the photo the scan used"):
         source.get_pod("d", "a")
-    with pytest.raises(SourceError, match="before the photo already read"):
+    with pytest.raises(SourceError, match="before the one already read"):
         source.fetch()
 
 
@@ -156,3 +156,27 @@ def test_get_pod_parses_the_file_once_while_it_is_unchanged(tmp_path: Path,
     write(f, pod_list(pod("b")), mtime=time.time() + 1)  # changed: parsed again, and seen
     assert source.get_pod("d", "a") is None
     assert len(parses) == 2
+
+
+def test_a_configmap_update_whose_newest_pod_left_is_not_refused_as_older(tmp_path: Path) -> None:
+    """Dated by its content, a projected file's photo goes back when its newest pod is deleted: that is no
+    older file (the kubelet's write time moved on), so it is not refused."""
+    f = _projected(tmp_path, pod_list(pod("a"), pod("new", created=HOUR_AGO + timedelta(minutes=30))))
+    source = SnapshotSource(f, "n1")
+    assert source.fetch().fetched_at == HOUR_AGO + timedelta(minutes=30)
+    volume = f.parent
+    stamp = volume / "..2026_12_01_10_01_00.123456789"
+    stamp.mkdir()
+    (stamp / "pods.json").write_text(json.dumps(pod_list(pod("a"))))
+    (volume / "..data_tmp").symlink_to(stamp.name)
+    os.replace(volume / "..data_tmp", volume / "..data")  # the kubelet's atomic swap
+    assert source.fetch().fetched_at == HOUR_AGO
+    assert source.get_pod("d", "new") is None
+
+
+def test_a_configmap_written_by_a_clock_ahead_is_dated_in_the_future(tmp_path: Path) -> None:
+    f = _projected(tmp_path, pod_list(pod("a")))
+    future = time.time() + 3600
+    os.utime(f, (future, future))
+    state = SnapshotSource(f, "n1").fetch()
+    assert state.fetched_at.timestamp() == pytest.approx(future, abs=1e-3)  # the engine refuses it
