@@ -2,11 +2,25 @@
 
 A sandbox node is built with the real CNI plugins (every pod with its netns, veth, IP, cache entry, chains
 and two volume mounts), then `nodegc agent` runs against it as a separate process with its metrics
-server, reading the pods from a snapshot kept fresh. After a warm-up, the CPU the agent process and its
-children (iptables-save, nsenter) used over a number of cycles is read from /proc, and divided by the
-cycles (counted from its `cycle done` log lines). `core_share_at_interval` is that CPU over the production
-interval (30 s by default): the share of one core the agent takes on such a node. RSS is the agent's
-resident memory after the run (`VmRSS`) and its peak (`VmHWM`). Prints JSON. Root, in private mount and
+server. After a warm-up, the CPU the agent process and its children (iptables-save, nsenter) used over a
+number of cycles is read from /proc, and divided by the cycles (counted from its `cycle done` log lines).
+`core_share_at_interval` is that CPU over the production interval (30 s by default): the share of one core
+the agent takes on such a node. RSS is the agent's resident memory after the run (`VmRSS`) and its peak
+(`VmHWM`). Each setup runs `--repeat` times (a fresh agent and ledger each time) on the same node, and
+the medians are reported beside every run's figures: CPU time, not wall time, so other work on the
+machine slows a cycle but does not change its figure much. Prints JSON.
+
+Setups (`--setups`, comma-separated):
+- `snapshot`: the pods from a snapshot file kept fresh (touched every second);
+- `api`: the pods from the HTTP-level test API server (tests/api/fakeapi.py) through the agent's watch, as a
+  DaemonSet reads them: the API client (lightkube, httpx2) is loaded;
+- `api+runtime`, `snapshot+runtime`: the same with a real containerd on the node (nodegc.sandbox.containerd),
+  so the CRI client (grpc, protobuf) is loaded and a cycle asks Version, ListPodSandbox and ListContainers
+  and walks /proc for shims. It holds no sandbox of these pods (they are made by the CNI plugins
+  directly), so the runtime's view is incomplete: nothing is concluded from it, which costs no less.
+
+Without `+runtime` the agent's runtime endpoint is a socket path under the node's root that does not exist
+(a node without a runtime socket; the machine's own containerd is never asked). Root, in private mount and
 network namespaces:
 
     unshare --mount --net --propagation private -- bash -c 'ip link set lo up && exec "$0" "$@"' \\
@@ -19,17 +33,24 @@ import argparse
 import json
 import os
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `tests` lives at the repo root
 
 from nodegc.observe.logs import configure_logging
 from nodegc.sandbox.node import CNI_BIN_DIR, SandboxNode
 
 _TICK = os.sysconf("SC_CLK_TCK")
+SETUPS = ("snapshot", "api", "snapshot+runtime", "api+runtime")
 
 
 def cpu_seconds(pid: int) -> float:
@@ -43,9 +64,15 @@ def memory_mib(pid: int) -> dict[str, float]:
     out: dict[str, float] = {}
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         key, _, value = line.partition(":")
-        if key in ("VmRSS", "VmHWM"):
+        if key in ("VmRSS", "VmHWM", "RssAnon", "RssFile"):
             out[key] = round(int(value.split()[0]) / 1024, 1)
     return out
+
+
+def loaded_modules(pid: int, names: tuple[str, ...]) -> list[str]:
+    """Which of these shared objects the process has mapped (grpc's cygrpc, the API client's ssl...)."""
+    maps = Path(f"/proc/{pid}/maps").read_text()
+    return [n for n in names if n in maps]
 
 
 def free_port() -> int:
@@ -54,78 +81,155 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+@contextmanager
+def keep_fresh(snapshot: Path) -> Iterator[None]:
+    """A snapshot is as old as its file: the agent acts on it only while someone keeps it fresh."""
+    stop = threading.Event()
+
+    def touch() -> None:
+        while not stop.wait(1.0):
+            os.utime(snapshot)
+
+    toucher = threading.Thread(target=touch, daemon=True)
+    toucher.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        toucher.join()
+
+
+def run_agent(argv: list[str], *, warmup: int, cycles: int) -> dict[str, Any]:
+    agent = subprocess.Popen(argv, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    marks: list[tuple[float, float]] = []
+    blocked: list[str] = []
+    errors: list[str] = []
+    try:
+        assert agent.stderr is not None
+        for line in agent.stderr:
+            if "destructive actions blocked" in line and len(marks) >= warmup:  # the measured cycles only
+                blocked.append(line.strip()[:200])
+            if '"level": "error"' in line:
+                errors.append(line.strip()[:300])
+            if '"cycle done"' not in line:
+                continue
+            marks.append((time.perf_counter(), cpu_seconds(agent.pid)))
+            if len(marks) > warmup + cycles:
+                break
+        memory = memory_mib(agent.pid)
+        libraries = loaded_modules(agent.pid, ("cygrpc", "_message", "_ssl", "_sqlite3"))
+    finally:
+        agent.terminate()
+        try:
+            agent.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            agent.kill()
+    if len(marks) <= warmup + 1:
+        raise SystemExit(f"the agent ran {len(marks)} cycles: {errors[:3]}")
+    first, last = marks[warmup], marks[-1]
+    measured = len(marks) - 1 - warmup
+    return {
+        "cpu_seconds_per_cycle": round((last[1] - first[1]) / measured, 4),
+        "wall_seconds_per_cycle": round((last[0] - first[0]) / measured, 2),
+        "rss_mib": memory.get("VmRSS"),
+        "peak_rss_mib": memory.get("VmHWM"),
+        "rss_anon_mib": memory.get("RssAnon"),
+        "rss_file_mib": memory.get("RssFile"),
+        "libraries": libraries,
+        "blocked": blocked[:2],
+        "errors": errors[:2],
+        "cycles_measured": measured,
+    }
+
+
+def measure_setup(setup: str, node: SandboxNode, pods: list[Any], args: argparse.Namespace,
+                  stack: ExitStack) -> dict[str, Any]:
+    r = node.roots
+    base = ["--node", node.node_name, "--kubelet-root", str(r.kubelet_root), "--cni-data-dir", str(r.cni_data_dir),
+            "--cni-conf-dir", str(r.cni_conf_dir), "--netns-dir", str(r.netns_dir), "--net-ns", str(r.net_ns),
+            "--cni-bin-dir", str(CNI_BIN_DIR), "--static-pod-dir", str(node.root / "manifests"),
+            "--pod-log-dir", str(node.root / "var/log/pods"), "--interval", str(args.run_interval),
+            "--log-format", "json", "--log-level", "info"]
+    source, _, runtime = setup.partition("+")
+    if runtime:
+        from nodegc.sandbox.containerd import SandboxContainerd, containerd_available
+
+        missing = containerd_available()
+        if missing:
+            return {"setup": setup, "skipped": missing}
+        containerd = SandboxContainerd(node)
+        containerd.start()
+        stack.callback(containerd.close)
+        base += ["--runtime-endpoint", containerd.endpoint, "--runtime-state-dir", str(containerd.run_dir)]
+    else:
+        base += ["--runtime-endpoint", f"unix://{node.root}/no-runtime/containerd.sock"]
+    if source == "api":
+        from tests.api.fakeapi import FakeKubeAPI
+
+        api = stack.enter_context(FakeKubeAPI(bookmark_interval=60.0))
+        for pod in pods:
+            api.add_pod(node.pod_record(pod))
+        base += ["--kubeconfig", str(api.write_kubeconfig(node.root / "kubeconfig"))]
+    else:
+        snapshot = node.write_snapshot(node.root / "pods.json")
+        stack.enter_context(keep_fresh(snapshot))
+        base += ["--pods-from", str(snapshot)]
+    # rich comes with a development tool only; structlog would load it for tracebacks, production does not
+    launch = "import runpy, sys; sys.modules['rich'] = None; runpy.run_module('nodegc', run_name='__main__')"
+    runs = []
+    for _ in range(args.repeat):
+        with tempfile.TemporaryDirectory(prefix="nodegc-steady-") as state:
+            argv = [sys.executable, "-c", launch, "agent", *base, "--state-dir", state,
+                    "--metrics-address", f"127.0.0.1:{free_port()}"]
+            runs.append(run_agent(argv, warmup=args.warmup, cycles=args.cycles))
+    cpu = statistics.median(x["cpu_seconds_per_cycle"] for x in runs)
+    return {
+        "setup": setup,
+        "runtime_socket": bool(runtime),
+        "cpu_seconds_per_cycle": round(cpu, 4),
+        "core_share_at_interval_percent": round(100 * cpu / args.interval, 3),
+        "rss_mib": statistics.median(x["rss_mib"] for x in runs),
+        "peak_rss_mib": statistics.median(x["peak_rss_mib"] for x in runs),
+        "runs": runs,
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pods", type=int, default=1000)
     parser.add_argument("--cycles", type=int, default=10, help="cycles measured after the warm-up")
     parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=3, help="agents run one after another per setup (medians)")
+    parser.add_argument("--setups", default="snapshot,api,api+runtime",
+                        help=f"comma-separated, of {', '.join(SETUPS)}")
     parser.add_argument("--run-interval", type=float, default=2.0,
                         help="the agent's interval during the run (the CPU of a cycle does not depend on it)")
     parser.add_argument("--interval", type=float, default=30.0, help="the production interval the share is for")
     args = parser.parse_args()
+    setups = [x.strip() for x in args.setups.split(",") if x.strip()]
+    unknown = [x for x in setups if x not in SETUPS]
+    if unknown:
+        parser.error(f"unknown setups {unknown}: choose from {', '.join(SETUPS)}")
     configure_logging("error")
-    with SandboxNode.create() as node, tempfile.TemporaryDirectory(prefix="nodegc-steady-") as state:
+    load_before = os.getloadavg()
+    with SandboxNode.create() as node:
         started = time.perf_counter()
-        for i in range(args.pods):
-            node.add_pod(f"pod-{i}", volumes=("data",), host_port=10000 + i if i % 10 == 0 else None)
+        pods = [node.add_pod(f"pod-{i}", volumes=("data",), host_port=10000 + i if i % 10 == 0 else None)
+                for i in range(args.pods)]
         build_s = time.perf_counter() - started
-        snapshot = node.write_snapshot(node.root / "pods.json")
-        r = node.roots
-        # rich comes with a development tool only; structlog would load it for tracebacks, production does not
-        launch = "import runpy, sys; sys.modules['rich'] = None; runpy.run_module('nodegc', run_name='__main__')"
-        argv = [sys.executable, "-c", launch, "agent", "--pods-from", str(snapshot), "--node", node.node_name,
-                "--kubelet-root", str(r.kubelet_root), "--cni-data-dir", str(r.cni_data_dir),
-                "--cni-conf-dir", str(r.cni_conf_dir), "--netns-dir", str(r.netns_dir), "--net-ns", str(r.net_ns),
-                "--cni-bin-dir", str(CNI_BIN_DIR), "--static-pod-dir", str(node.root / "manifests"),
-                "--pod-log-dir", str(node.root / "var/log/pods"), "--state-dir", state,
-                "--interval", str(args.run_interval), "--metrics-address", f"127.0.0.1:{free_port()}",
-                "--log-format", "json", "--log-level", "info"]
-        stop = threading.Event()
-
-        def keep_fresh() -> None:  # a snapshot is as old as its file: the agent acts on it only while fresh
-            while not stop.wait(1.0):
-                os.utime(snapshot)
-
-        toucher = threading.Thread(target=keep_fresh, daemon=True)
-        toucher.start()
-        agent = subprocess.Popen(argv, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
-        marks: list[tuple[float, float]] = []
-        blocked: list[str] = []
-        try:
-            assert agent.stderr is not None
-            for line in agent.stderr:
-                if "destructive actions blocked" in line:
-                    blocked.append(line.strip()[:200])
-                if '"cycle done"' not in line:
-                    continue
-                marks.append((time.perf_counter(), cpu_seconds(agent.pid)))
-                if len(marks) > args.warmup + args.cycles:
-                    break
-            memory = memory_mib(agent.pid)
-        finally:
-            stop.set()
-            agent.terminate()
-            try:
-                agent.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                agent.kill()
-        first, last = marks[args.warmup], marks[-1]
-        cycles = len(marks) - 1 - args.warmup
-        per_cycle = (last[1] - first[1]) / cycles
-        doc = {
-            "benchmark": "agent_steady",
-            "cpus": os.cpu_count(),
-            "pods": args.pods,
-            "build_seconds": round(build_s, 1),
-            "cycles_measured": cycles,
-            "cpu_seconds_per_cycle": round(per_cycle, 4),
-            "interval_seconds": args.interval,
-            "core_share_at_interval_percent": round(100 * per_cycle / args.interval, 3),
-            "rss_mib": memory.get("VmRSS"),
-            "peak_rss_mib": memory.get("VmHWM"),
-            "wall_seconds_per_cycle_at_run_interval": round((last[0] - first[0]) / cycles, 2),
-            "blocked": blocked[:3],
-        }
+        results = []
+        for setup in setups:
+            with ExitStack() as stack:
+                results.append(measure_setup(setup, node, pods, args, stack))
+    doc = {
+        "benchmark": "agent_steady",
+        "cpus": os.cpu_count(),
+        "load_average_before_after": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
+        "pods": args.pods,
+        "build_seconds": round(build_s, 1),
+        "interval_seconds": args.interval,
+        "setups": results,
+    }
     json.dump(doc, sys.stdout, indent=2)
     sys.stdout.write("\n")
     return 0

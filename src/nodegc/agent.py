@@ -8,6 +8,7 @@ within grace plus a few seconds, without waiting for the interval.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import heapq
 import json
@@ -230,6 +231,9 @@ def cmd_agent(settings: AgentSettings) -> int:
     roots = settings.roots
     phases = settings.phases
     engine_settings = make_engine_settings(settings.safety, phases)
+    # Scan after scan of one tree: unchanged pod directories are not walked again (inotify proves it).
+    engine_settings = dataclasses.replace(
+        engine_settings, scan=dataclasses.replace(engine_settings.scan, watch_pod_dirs=True))
     executor = make_executor(roots, dry_run=settings.dry_run, timeout=settings.safety.command_timeout,
                              runtime_endpoint=settings.safety.runtime_endpoint,
                              runtime_timeout=settings.safety.runtime_timeout,

@@ -40,6 +40,9 @@ class ScanOptions:
     """The runtime's state directory (containerd's `state`, /run/containerd), for its leftovers."""
     pod_log_dir: Path | None = None
     """Where the kubelet keeps pod logs (/var/log/pods); None reads none."""
+    watch_pod_dirs: bool = False
+    """Keep inotify watches on the pod directories so that a later scan takes an unchanged directory's
+    walk again (the agent, scan after scan); see nodegc.inventory.pod_dirs.PodDirWatcher."""
 
 
 def in_net_ns(argv: list[str], net_ns: Path | None) -> list[str]:

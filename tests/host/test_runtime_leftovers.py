@@ -299,6 +299,36 @@ def test_an_empty_or_incomplete_runtime_list_blocks_every_leftover(containerd_no
     assert (rt.state / TASKS / lost_sid).is_dir()
 
 
+def test_another_containerd_clients_tasks_and_shims_are_never_judged(containerd_node: Runtime,
+                                                                     tmp_path: Path) -> None:
+    """Docker (namespace `moby`) or nerdctl share containerd: the CRI lists none of their containers, so
+    their shims and task bundles are not the CRI's leftovers, even with --stop-orphan-shims."""
+    node, rt = containerd_node
+    ctr = ["ctr", "--address", str(rt.socket), "--namespace", "moby"]
+    subprocess.run([*ctr, "images", "import", str(rt.images_dir / "busybox.tar")], check=True, capture_output=True,
+                   timeout=60)
+    name = "dockerish"
+    subprocess.run([*ctr, "run", "-d", "--cgroup", f"/{rt.cgroup_parent}/moby", "localhost/nodegc/busybox:1", name,
+                    "/bin/sleep", "600"], check=True, capture_output=True, timeout=60)
+    try:
+        task = rt.state / "io.containerd.runtime.v2.task/moby" / name
+        assert task.is_dir() and is_mounted(task / "rootfs")
+        [shim_pid] = [p for p in rt.shim_pids() if b"moby" in Path(f"/proc/{p}/cmdline").read_bytes()]
+        snap = write_pods(tmp_path / "pods.json", [])
+        scan = _nodegc(node, rt, snap, "scan", "-o", "json")
+        assert not [f for f in _leftovers(json.loads(scan.stdout)).values() if "moby" in f["id"]
+                    or f["id"] == f"/proc/{shim_pid}"]
+        clean = _nodegc(node, rt, snap, "clean", "--apply", "--stop-orphan-shims", "--allow-empty-desired",
+                        "--state-dir", str(tmp_path / "state"), "-o", "json")
+        assert clean.returncode in (0, 3), clean.stderr[-2000:]
+        assert _alive(shim_pid) and is_mounted(task / "rootfs")
+    finally:
+        subprocess.run([*ctr, "task", "kill", "-s", "KILL", name], capture_output=True, timeout=30, check=False)
+        time.sleep(0.5)
+        subprocess.run([*ctr, "task", "delete", "-f", name], capture_output=True, timeout=30, check=False)
+        subprocess.run([*ctr, "container", "delete", name], capture_output=True, timeout=30, check=False)
+
+
 def test_a_shim_is_signalled_only_while_it_is_the_verified_unknown_one(containerd_node: Runtime) -> None:
     _, rt = containerd_node
     live = new_spec("live")

@@ -172,3 +172,44 @@ def test_mounts_below_many_matches_a_linear_scan() -> None:
             m.mount_id for m in mounts if m.mount_point == path or m.mount_point.startswith(path + "/")
         )
         assert sorted(m.mount_id for m in mounts_below(index, path)) == expected
+
+
+def _proc(tmp_path: Path, text: str) -> Path:
+    (tmp_path / "self").mkdir(exist_ok=True)
+    (tmp_path / "self" / "mountinfo").write_text(text)
+    return tmp_path
+
+
+def test_the_scan_reuses_a_parse_only_of_the_same_bytes(tmp_path: Path) -> None:
+    from nodegc.hostio.mountinfo import forget_parses
+
+    forget_parses()
+    other = "37 35 98:0 / /mnt3 rw - tmpfs tmpfs rw"
+    proc = _proc(tmp_path, f"{LINE}\nnot a mount line\n")
+    first = read_mounts(proc, reuse=True)
+    again = read_mounts(proc, reuse=True)
+    assert again[0] is first[0] and [p.reason for p in again[1]] == [p.reason for p in first[1]]
+    assert len(first[1]) == 1  # the bad line's reason survives the reuse
+    # Same length, one byte different: parsed again, and the change is seen.
+    _proc(tmp_path, f"{LINE.replace('/mnt2', '/mnt9')}\nnot a mount line\n")
+    changed = read_mounts(proc, reuse=True)
+    assert changed[0] is not first[0] and changed[0][0].mount_point == "/mnt9"
+    _proc(tmp_path, f"{LINE}\n{other}\n")
+    assert [m.mount_point for m in read_mounts(proc, reuse=True)[0]] == ["/mnt2", "/mnt3"]
+    forget_parses()
+
+
+def test_without_reuse_every_read_is_parsed_and_a_failed_read_is_a_problem(tmp_path: Path) -> None:
+    from nodegc.hostio.mountinfo import forget_parses
+
+    forget_parses()
+    proc = _proc(tmp_path, f"{LINE}\n")
+    kept = read_mounts(proc, reuse=True)
+    fresh = read_mounts(proc)
+    assert fresh[0] == kept[0] and fresh[0] is not kept[0]  # executors parse what they read
+    (proc / "self" / "mountinfo").unlink()
+    mounts, problems = read_mounts(proc, reuse=True)
+    assert mounts == () and problems and "cannot read" in problems[0].reason
+    _proc(tmp_path, "")
+    assert read_mounts(proc, reuse=True) == ((), ())  # an empty table is not the remembered one
+    forget_parses()

@@ -7,8 +7,10 @@ empty may still be a mount point, and deleting through it would reach into the m
 from __future__ import annotations
 
 import bisect
+import hashlib
 import os
 import re
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -87,16 +89,45 @@ def parse_mountinfo(text: str) -> tuple[tuple[Mount, ...], tuple[str, ...]]:
     return tuple(mounts), tuple(reasons)
 
 
+_Parsed = tuple[tuple[Mount, ...], tuple[str, ...]]
+_last_parse: dict[str, tuple[bytes, _Parsed]] = {}
+_last_lock = threading.Lock()
+
+
 def read_mounts(
-    proc_root: Path = Path("/proc"), pid: str = "self"
+    proc_root: Path = Path("/proc"), pid: str = "self", *, reuse: bool = False
 ) -> tuple[tuple[Mount, ...], tuple[ReadProblem, ...]]:
+    """The mount table, read now. With `reuse` (the scan, cycle after cycle) the parse of the previous read
+    is taken again when this read's bytes have the same digest: the table is always read, only its parse
+    (about 15 ms at 1,000 pods) is skipped, so the result is exactly what parsing these bytes gives.
+    Executors never reuse: they call this without `reuse`."""
     path = proc_root / pid / "mountinfo"
     try:
         raw = path.read_bytes()
     except OSError as e:
         return (), (ReadProblem(Kind.VOLUME_MOUNT, str(path), f"cannot read: {e.strerror or e}"),)
-    mounts, reasons = parse_mountinfo(raw.decode("utf-8", "surrogateescape"))
+    key = str(path)
+    digest = hashlib.blake2b(raw, digest_size=32).digest() if reuse else b""
+    parsed: _Parsed | None = None
+    if reuse:
+        with _last_lock:
+            last = _last_parse.get(key)
+        if last is not None and last[0] == digest:
+            parsed = last[1]
+    if parsed is None:
+        parsed = parse_mountinfo(raw.decode("utf-8", "surrogateescape"))
+        if reuse:
+            with _last_lock:
+                _last_parse.clear()  # one table is remembered: the scan reads one proc root
+                _last_parse[key] = (digest, parsed)
+    mounts, reasons = parsed
     return mounts, tuple(ReadProblem(Kind.VOLUME_MOUNT, str(path), r) for r in reasons)
+
+
+def forget_parses() -> None:
+    """Drop the remembered parse (tests)."""
+    with _last_lock:
+        _last_parse.clear()
 
 
 def top_of(stack: Sequence[Mount]) -> Mount:

@@ -4,32 +4,49 @@ Everything here is read through directory entries with follow_symlinks=False: a 
 directory must never lead a later delete (or even a stat) outside the kubelet root. Volume directories are
 usually mount points of filesystems that may hang (a dead NFS server, a stuck FUSE daemon), so they are
 named from their parent's directory entries and never stat'ed or listed themselves.
+
+The agent scans the same tree every cycle, so it may pass a `PodDirWatcher`: each directory the walk
+lists gets an inotify watch before it is listed, and a pod directory's walk is taken again only while no
+event touched any directory of it since, its inode is the one listed now and the mounts below it are the
+same; the mount-dependent parts (each volume's mount) are always computed from this scan's mount table.
+See `PodDirWatcher` for when it walks everything anyway.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import os
 import stat
-from collections.abc import Sequence
+import threading
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from nodegc.hostio.files import os_reason, symlink_reason
+from nodegc.hostio.inotify import IN_DELETE_SELF, IN_IGNORED, IN_MOVE_SELF, IN_Q_OVERFLOW, IN_UNMOUNT, Inotify
 from nodegc.hostio.kubelet import PLAUSIBLE_UID, csi_mount_point
 from nodegc.hostio.mountinfo import MountIndex
 from nodegc.model.resources import Kind, Mount, PodDir, ReadProblem, VolumeDir
+from nodegc.observe.logs import get_logger
+
+log = get_logger(__name__)
 
 
 @dataclass
 class _Scan:
     index: MountIndex
     problems: list[ReadProblem] = field(default_factory=list)
+    watch: Callable[[str], None] | None = None
 
     def problem(self, path: str, reason: str, *, kind: Kind = Kind.POD_DIR) -> None:
         self.problems.append(ReadProblem(kind, path, reason))
 
     def entries(self, path: str, *, kind: Kind = Kind.POD_DIR) -> list[os.DirEntry[str]]:
         """Directory entries sorted by name; a directory that vanished or cannot be read is a problem."""
+        if self.watch is not None:
+            self.watch(path)  # before the listing: a change after it is an event, one before it is listed
         try:
             with os.scandir(path) as it:
                 found = list(it)
@@ -177,7 +194,7 @@ def _pod(scan: _Scan, entry: os.DirEntry[str]) -> PodDir | None:
 
 
 def scan_pod_dirs(
-    kubelet_root: Path, mounts: Sequence[Mount] | MountIndex
+    kubelet_root: Path, mounts: Sequence[Mount] | MountIndex, *, watcher: PodDirWatcher | None = None
 ) -> tuple[tuple[PodDir, ...], tuple[ReadProblem, ...]]:
     """Every `pods/<uid>` directory with its volumes and the mounts still held below it.
 
@@ -188,14 +205,245 @@ def scan_pod_dirs(
     scan = _Scan(index=index)
     pods_path = os.path.join(os.path.realpath(os.fsdecode(kubelet_root)), "pods")
     try:
-        mode = os.lstat(pods_path).st_mode
+        st = os.lstat(pods_path)
     except FileNotFoundError:
         return (), ()
     except OSError as e:
         return (), (ReadProblem(Kind.POD_DIR, pods_path, os_reason(e)),)
+    mode = st.st_mode
     if stat.S_ISLNK(mode):
         return (), (ReadProblem(Kind.POD_DIR, pods_path, symlink_reason(pods_path)),)
     if not stat.S_ISDIR(mode):
         return (), (ReadProblem(Kind.POD_DIR, pods_path, "not a directory"),)
+    if watcher is not None:
+        return watcher.scan(scan, pods_path, st, mounts=mounts)
     pods = [pod for entry in scan.entries(pods_path) if (pod := _pod(scan, entry)) is not None]
     return tuple(pods), tuple(scan.problems)
+
+
+FULL_WALK_SECONDS = 300.0
+"""The longest a pod directory's walk is taken again: then every directory is walked, events or not."""
+
+LOCAL_FILESYSTEMS = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "f2fs", "zfs"})
+"""Where inotify sees every change: a network or FUSE filesystem changed from elsewhere raises no event,
+and an overlay's lower layers can change under it; on any other filesystem every scan walks everything."""
+
+_NO_OWNER = "\0"  # a watch descriptor this watcher did not make
+
+
+@dataclass(frozen=True)
+class _Remembered:
+    inode: int
+    pod: PodDir
+    mounts: tuple[Mount, ...] | None
+    """The mount table (the very tuple) the pod's mount-dependent fields were computed from."""
+
+
+def _filesystem_of(index: MountIndex, path: str) -> str | None:
+    probe = path
+    while True:
+        mount = index.top_at(probe)
+        if mount is not None:
+            return mount.fs_type
+        if probe in ("/", ""):
+            return None
+        probe = os.path.dirname(probe.rstrip("/")) or "/"
+
+
+class PodDirWatcher:
+    """Pod directories' walks remembered between the scans of one kubelet root, while inotify proves
+    that none of the directories each walk listed has changed.
+
+    A remembered walk is taken again only when all of these hold, else the directory is walked afresh:
+    - the pods directory is on a local filesystem (`LOCAL_FILESYSTEMS`), is the same inode on the same
+      device, and its inotify instance works;
+    - no event came for any directory of that pod (each watch is added before its directory is listed);
+      a queue overflow, an event of an unknown watch or a failed drain forgets every walk;
+    - the walk had no read problem and every watch of it was added (a full watch table forgets nothing
+      else: that pod is simply walked every scan);
+    - the pod directory's inode is the one listed now, and the ids of the mounts at or below it are the
+      same (a mount over a listed directory raises no event, but it changes the mount table);
+    - the last full walk is less than `full_walk_seconds` old.
+    """
+
+    def __init__(self, *, full_walk_seconds: float = FULL_WALK_SECONDS,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
+        self.full_walk_seconds = full_walk_seconds
+        self.monotonic = monotonic
+        self._inotify: Inotify | None = None
+        self._owners: dict[int, str | None] = {}
+        """watch descriptor -> the pod uid whose walk listed it (None: the pods directory itself)."""
+        self._walks: dict[str, _Remembered] = {}
+        self._root: tuple[str, int, int] | None = None
+        self._last_full = -math.inf
+        self._unavailable = False
+        self._lock = threading.Lock()
+        self.reused = 0
+        self.walked = 0
+        self.full_walks = 0
+
+    def close(self) -> None:
+        with self._lock:
+            self._reset()
+
+    def _reset(self) -> None:
+        if self._inotify is not None:
+            self._inotify.close()
+        self._inotify = None
+        self._owners.clear()
+        self._walks.clear()
+        self._root = None
+
+    def scan(self, scan: _Scan, pods_path: str, st: os.stat_result, *,
+             mounts: object = None) -> tuple[tuple[PodDir, ...], tuple[ReadProblem, ...]]:
+        """`mounts`: the mount table the index was built from. When a pod's walk was last computed from
+        this very tuple (the scan's mountinfo parse is reused while its bytes are the same), its volumes'
+        mounts are not looked up again: they were computed from the same table."""
+        with self._lock:
+            inotify = self._begin(scan.index, pods_path, st)
+            if inotify is None:
+                pods = [pod for entry in scan.entries(pods_path) if (pod := _pod(scan, entry)) is not None]
+                self.walked += len(pods)
+                return tuple(pods), tuple(scan.problems)
+            return self._scan(scan, inotify, pods_path, mounts=mounts if isinstance(mounts, tuple) else None)
+
+    def _begin(self, index: MountIndex, pods_path: str, st: os.stat_result) -> Inotify | None:
+        """The inotify instance to use this scan, with every event so far applied; None: walk it all."""
+        if self._unavailable:
+            return None
+        if _filesystem_of(index, pods_path) not in LOCAL_FILESYSTEMS:
+            self._reset()
+            return None
+        root = (pods_path, st.st_dev, st.st_ino)
+        if root != self._root:
+            self._reset()
+            self._root = root
+        if self._inotify is None:
+            try:
+                self._inotify = Inotify()
+            except OSError as e:
+                self._unavailable = True
+                log.warning("inotify unavailable: every scan walks every pod directory", error=str(e))
+                return None
+        now = self.monotonic()
+        if now - self._last_full >= self.full_walk_seconds:
+            self._walks.clear()
+            self._last_full = now
+            self.full_walks += 1
+        try:
+            events = self._inotify.read_events()
+        except OSError as e:
+            log.warning("inotify events unreadable: every pod directory is walked again", error=str(e))
+            self._reset()
+            return None
+        for ev in events:
+            owner = self._owners.get(ev.wd, _NO_OWNER)
+            if ev.mask & IN_Q_OVERFLOW or owner == _NO_OWNER:
+                self._walks.clear()
+            elif owner is None:  # the pods directory: the event names the pod directory it concerns
+                if ev.name:
+                    self._walks.pop(ev.name, None)
+                if ev.mask & (IN_DELETE_SELF | IN_MOVE_SELF | IN_UNMOUNT | IN_IGNORED):
+                    self._walks.clear()
+            else:
+                self._walks.pop(owner, None)
+            if ev.mask & IN_IGNORED:
+                self._owners.pop(ev.wd, None)
+        return self._inotify
+
+    def _scan(self, scan: _Scan, inotify: Inotify, pods_path: str, *,
+              mounts: tuple[Mount, ...] | None) -> tuple[tuple[PodDir, ...], tuple[ReadProblem, ...]]:
+        owner: list[str | None] = [None]
+        unwatched = [False]
+
+        def watch(path: str) -> None:
+            try:
+                wd = inotify.add_watch(path)
+            except OSError:
+                unwatched[0] = True
+                return
+            known = self._owners.get(wd, _NO_OWNER)
+            if known not in (_NO_OWNER, owner[0]):
+                # One directory reached from two places (a bind mount): neither walk can be trusted.
+                unwatched[0] = True
+                if known is not None:
+                    self._walks.pop(known, None)
+            self._owners[wd] = owner[0]
+
+        scan.watch = watch
+        entries = list(scan.entries(pods_path))
+        root_unwatched = unwatched[0]  # the listing of pods/ itself is not watched: take nothing again
+        pods: list[PodDir] = []
+        listed: set[str] = set()
+        for entry in entries:
+            listed.add(entry.name)
+            pod = None if root_unwatched else self._again(scan, entry, mounts=mounts)
+            if pod is not None:
+                self.reused += 1
+                pods.append(pod)
+                continue
+            self._walks.pop(entry.name, None)
+            owner[0], unwatched[0] = entry.name, False
+            before = len(scan.problems)
+            pod = _pod(scan, entry)
+            owner[0] = None
+            self.walked += 1
+            if pod is None:
+                continue
+            pods.append(pod)
+            if not root_unwatched and not unwatched[0] and len(scan.problems) == before:
+                try:
+                    inode = entry.inode()
+                except OSError:
+                    continue
+                self._walks[entry.name] = _Remembered(inode, pod, mounts)
+        for gone in set(self._walks) - listed:
+            del self._walks[gone]
+        scan.watch = None
+        return tuple(pods), tuple(scan.problems)
+
+    def _again(self, scan: _Scan, entry: os.DirEntry[str], *, mounts: tuple[Mount, ...] | None) -> PodDir | None:
+        """The remembered walk of this entry with this scan's mounts, or None."""
+        remembered = self._walks.get(entry.name)
+        if remembered is None:
+            return None
+        try:
+            inode = entry.inode()
+        except OSError:
+            return None
+        pod = remembered.pod
+        if inode != remembered.inode or entry.path != pod.path:
+            return None
+        if mounts is not None and remembered.mounts is mounts:
+            return pod
+        below = tuple(sorted(m.mount_id for m in scan.index.below(entry.path)))
+        if below != pod.mounts_below:
+            return None
+        volumes = tuple(_volume(scan, uid=v.pod_uid, plugin=v.plugin, name=v.name, path=v.path, subpath=v.subpath)
+                        for v in pod.volumes)
+        if volumes != pod.volumes:
+            pod = dataclasses.replace(pod, volumes=volumes)
+        self._walks[entry.name] = _Remembered(inode, pod, mounts)
+        return pod
+
+
+_watchers: dict[str, PodDirWatcher] = {}
+_watchers_lock = threading.Lock()
+
+
+def pod_dir_watcher(kubelet_root: Path) -> PodDirWatcher:
+    """One watcher per kubelet root for the life of the process (the agent's scans share it)."""
+    key = os.fsdecode(kubelet_root)
+    with _watchers_lock:
+        watcher = _watchers.get(key)
+        if watcher is None:
+            watcher = _watchers[key] = PodDirWatcher()
+        return watcher
+
+
+def forget_watchers() -> None:
+    """Close every watcher (tests)."""
+    with _watchers_lock:
+        for watcher in _watchers.values():
+            watcher.close()
+        _watchers.clear()

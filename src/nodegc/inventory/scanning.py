@@ -20,7 +20,7 @@ from nodegc.inventory.cri.runtimes import read_runtime
 from nodegc.inventory.iptables import scan_iptables_all
 from nodegc.inventory.links import scan_veths
 from nodegc.inventory.netns import NetnsReadError, read_netns_addresses_many, scan_netns, scan_runtime_netns
-from nodegc.inventory.pod_dirs import scan_pod_dirs
+from nodegc.inventory.pod_dirs import pod_dir_watcher, scan_pod_dirs
 from nodegc.inventory.pod_logs import scan_pod_log_dirs
 from nodegc.inventory.static_pods import scan_static_pods
 from nodegc.model.resources import (
@@ -67,7 +67,8 @@ def scan_node(
         rules_read = pool.submit(scan_iptables_all, net_ns=roots.net_ns, commands=saves,
                                  timeout=options.command_timeout)
         runtime_read = pool.submit(read_runtime, options)
-        inventory = _read_host(roots, taken_at, rules_read, runtime_state_dir=options.runtime_state_dir)
+        inventory = _read_host(roots, taken_at, rules_read, runtime_state_dir=options.runtime_state_dir,
+                               watch_pod_dirs=options.watch_pod_dirs)
         runtime = runtime_read.result()
         inventory = dataclasses.replace(inventory, runtime=runtime)
     if runtime is not None and runtime.reachable and options.runtime_state_dir is not None:
@@ -103,11 +104,12 @@ def scan_node(
 
 
 def _read_host(roots: Roots, taken_at: datetime, rules_read: Future[_Rules], *,
-               runtime_state_dir: Path | None = None) -> Inventory:
+               runtime_state_dir: Path | None = None, watch_pod_dirs: bool = False) -> Inventory:
     problems: list[ReadProblem] = []
-    mounts, found = read_mounts(roots.proc_root)
+    mounts, found = read_mounts(roots.proc_root, reuse=True)
     problems += found
-    pod_dirs, found = scan_pod_dirs(roots.kubelet_root, mounts)
+    pod_dirs, found = scan_pod_dirs(roots.kubelet_root, mounts,
+                                    watcher=pod_dir_watcher(roots.kubelet_root) if watch_pod_dirs else None)
     problems += found
     reservations, found = scan_ip_reservations(roots.cni_data_dir)
     problems += found

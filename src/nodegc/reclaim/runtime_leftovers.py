@@ -4,7 +4,7 @@ such an id (SIGTERM, a bounded wait, SIGKILL).
 
 Each step first asks the runtime again (a fresh ListPodSandbox and ListContainers must not show the id)
 and re-reads the host: the directory must be exactly `<state>/io.containerd.grpc.v1.cri/sandboxes/<id>` or
-`<state>/io.containerd.runtime.v2.task/<namespace>/<id>` of the resolved state dir, reached with
+`<state>/io.containerd.runtime.v2.task/k8s.io/<id>` of the resolved state dir, reached with
 O_NOFOLLOW from the state dir down, still the verified inode, and hold no mount but its own shm/rootfs
 (still the verified mount id). The unmount is `reclaim.unmounting`'s: a child process with a timeout that
 unmounts only the mount whose id it verified through its own descriptor, and detaches it lazily when it is
@@ -29,6 +29,7 @@ from nodegc.hostio.mountinfo import mounts_below, read_mounts
 from nodegc.inventory.cri.client import CRIError, RuntimeClient
 from nodegc.inventory.cri.leftovers import (
     CRI_DIR,
+    CRI_NAMESPACE,
     TASKS_DIR,
     expected_mount,
     is_container_id,
@@ -68,7 +69,7 @@ def _relative(left: RuntimeLeftover, base: str) -> list[str] | None:
     parts = left.path[len(base) + 1:].split("/")
     if left.what == "sandbox_dir" and parts[:2] == [CRI_DIR, "sandboxes"] and len(parts) == 3:
         return parts
-    if left.what == "task_dir" and len(parts) == 3 and parts[0] == TASKS_DIR and parts[1] not in ("", ".", ".."):
+    if left.what == "task_dir" and len(parts) == 3 and parts[:2] == [TASKS_DIR, CRI_NAMESPACE]:
         return parts
     return None
 

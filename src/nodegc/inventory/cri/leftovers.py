@@ -1,6 +1,6 @@
 """containerd's own things on the host, by the id they name (read only): sandbox state directories under
 `<state>/io.containerd.grpc.v1.cri/sandboxes/<id>` (each with its shm mount), task bundles under
-`<state>/io.containerd.runtime.v2.task/<namespace>/<id>` (with the rootfs mount), and
+`<state>/io.containerd.runtime.v2.task/k8s.io/<id>` (with the rootfs mount), and
 `containerd-shim-runc-v2 ... -id <id>` processes. Netns files under `<state>/io.containerd.grpc.v1.cri/netns/`
 are network namespaces, read by `inventory.netns.scan_runtime_netns`.
 
@@ -26,6 +26,9 @@ from nodegc.model.runtime import RuntimeLeftover
 _ID = re.compile(r"[0-9a-f]{64}")
 CRI_DIR = "io.containerd.grpc.v1.cri"
 TASKS_DIR = "io.containerd.runtime.v2.task"
+CRI_NAMESPACE = "k8s.io"
+"""containerd's namespace of the CRI plugin. Other namespaces are other clients' (Docker's `moby`, nerdctl's
+`default`): the CRI lists none of their containers, so their tasks and shims are never judged."""
 _SHIM = "containerd-shim-runc-v2"
 _MAX_CMDLINE = 8192
 _MAX_CONFIG = 1 << 20
@@ -63,9 +66,7 @@ def scan_leftovers(state_dir: Path, *, mounts: Iterable[Mount], proc_root: Path 
     out += _id_dirs("sandbox_dir", sandboxes, index, proc_root)
     tasks = os.path.join(base, TASKS_DIR)
     if _inside(tasks, base):
-        for ns_dir in _entries(tasks):
-            if ns_dir.is_dir(follow_symlinks=False):
-                out += _id_dirs("task_dir", ns_dir.path, index, proc_root)
+        out += _id_dirs("task_dir", os.path.join(tasks, CRI_NAMESPACE), index, proc_root)
     out += _shims(proc_root, socket)
     return tuple(out)
 
@@ -189,8 +190,8 @@ def start_ticks(proc_root: Path, pid: int) -> int | None:
 
 
 def shim_args(proc_root: Path, pid: int) -> tuple[str | None, str | None, bool] | None:
-    """(-id, -address, whether it runs the `delete` action) of a containerd-shim-runc-v2 process; None when
-    the pid is no such shim."""
+    """(-id, -address, whether it runs the `delete` action) of a containerd-shim-runc-v2 process of the
+    CRI's namespace; None when the pid is no such shim."""
     try:
         with open(proc_root / str(pid) / "cmdline", "rb") as f:
             argv = f.read(_MAX_CMDLINE).split(b"\0")
@@ -199,6 +200,8 @@ def shim_args(proc_root: Path, pid: int) -> tuple[str | None, str | None, bool] 
     if not argv or not argv[0].endswith(_SHIM.encode()):
         return None
     args = [a.decode("utf-8", "replace") for a in argv]
+    if "-namespace" not in args[:-1] or args[args.index("-namespace") + 1] != CRI_NAMESPACE:
+        return None  # another containerd client's shim (Docker, nerdctl): the CRI cannot know its id
     sid = args[args.index("-id") + 1] if "-id" in args[:-1] else None
     address = args[args.index("-address") + 1] if "-address" in args[:-1] else None
     return sid, address, "delete" in args[1:]
