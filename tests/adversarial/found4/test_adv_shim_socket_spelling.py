@@ -21,8 +21,9 @@ SID = "ab" * 32
 @pytest.mark.skipif(os.path.realpath("/var/run") != "/run", reason="needs /var/run -> /run, as on Debian")
 def test_a_shim_is_seen_whichever_way_the_socket_is_spelled(tmp_path: Path) -> None:
     # A process whose command line is a shim's (argv[0] and its flags), as /proc shows it.
-    shim = subprocess.Popen(["bash", "-c", "exec -a containerd-shim-runc-v2 bash -c 'sleep 30; true' shim"
-                             f" -namespace k8s.io -id {SID} -address /run/containerd/containerd.sock"], start_new_session=True)
+    argv = ["bash", "-c", "exec -a containerd-shim-runc-v2 bash -c 'sleep 30; true' shim"
+            f" -namespace k8s.io -id {SID} -address /run/containerd/containerd.sock"]
+    shim = subprocess.Popen(argv, start_new_session=True)
     try:
         deadline = time.monotonic() + 10
         while b"containerd-shim" not in Path(f"/proc/{shim.pid}/cmdline").read_bytes():
