@@ -82,6 +82,26 @@ def free_port() -> int:
 
 
 @contextmanager
+def kubelet_renewing(api: Any, node: str) -> Iterator[None]:
+    """The node's kubelet renews its Lease every 10 s: the agent proves each list by it, and the renewals
+    move the resourceVersion its watch's bookmarks carry, as on a cluster."""
+    stop = threading.Event()
+
+    def renew() -> None:
+        api.renew_node_lease(node)
+        while not stop.wait(10.0):
+            api.renew_node_lease(node)
+
+    renewer = threading.Thread(target=renew, daemon=True)
+    renewer.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        renewer.join()
+
+
+@contextmanager
 def keep_fresh(snapshot: Path) -> Iterator[None]:
     """A snapshot is as old as its file: the agent acts on it only while someone keeps it fresh."""
     stop = threading.Event()
@@ -166,8 +186,8 @@ def measure_setup(setup: str, node: SandboxNode, pods: list[Any], args: argparse
     if source == "api":
         from tests.api.fakeapi import FakeKubeAPI
 
-        # kubelets: the node Lease renewed, which the agent reads to prove each list of its pods current
-        api = stack.enter_context(FakeKubeAPI(bookmark_interval=60.0, kubelets=(node.node_name,)))
+        api = stack.enter_context(FakeKubeAPI(bookmark_interval=60.0))
+        stack.enter_context(kubelet_renewing(api, node.node_name))
         for pod in pods:
             api.add_pod(node.pod_record(pod))
         base += ["--kubeconfig", str(api.write_kubeconfig(node.root / "kubeconfig"))]

@@ -6,6 +6,9 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from nodegc.inventory.netns import scan_runtime_netns
 from nodegc.model.findings import FindingClass
 from nodegc.model.resources import Inventory, Kind, NetnsEntry, VethLink
@@ -193,3 +196,69 @@ def test_removal_is_bounded_to_the_state_dirs_netns_folder(tmp_path: Path) -> No
     plain = dataclasses.replace(entry, runtime_dir=False)
     leftover.write_bytes(b"")
     assert not remove_netns(plain, netns_dir=tmp_path / "netns", runtime_state_dir=state).ok
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.booleans(), min_size=1, max_size=3),
+       st.lists(st.tuples(st.none() | st.integers(0, 2), st.sets(st.sampled_from(
+           ["10.0.1.0", "10.0.1.1", "10.0.1.2", "10.0.2.0", "10.0.2.1", "192.168.9.9"]), max_size=3)),
+           min_size=1, max_size=4),
+       st.booleans())
+def test_nothing_a_ready_sandbox_names_or_holds_is_residue(ready: list[bool],
+                                                           spaces: list[tuple[int | None, set[str]]],
+                                                           in_api: bool) -> None:
+    """Random namespaces under the state dir, named by a sandbox or not, holding any mix of READY and NotReady
+    sandboxes' addresses, dead ids' addresses and addresses nobody reserved: none that a READY sandbox names,
+    or that holds a READY sandbox's address, is ever residue, nor its veth."""
+    sbs = [sandbox(f"s{i}", f"u{i}", ready=r, ips=(f"10.0.1.{i}",),
+                   netns_path=next((f"{STATE}/n{j}" for j, (owner, _) in enumerate(spaces) if owner == i), None))
+           for i, r in enumerate(ready)]
+    entries = tuple(state_netns(f"n{j}", addresses=tuple(sorted(addrs)), inode=100 + j)
+                    for j, (_, addrs) in enumerate(spaces))
+    veths = tuple(peer(e.path, f"veth{j}") for j, e in enumerate(entries))
+    reservations = [reservation(f"10.0.1.{i}", f"s{i}") for i in range(len(ready))]
+    reservations += [reservation("10.0.2.0", "dead0"), reservation("10.0.2.1", "dead1")]
+    caches = [dataclasses.replace(cache(f"s{i}", uid=f"u{i}", ip=f"10.0.1.{i}"), netns=None) for i in range(len(ready))]
+    inv = Inventory(taken_at=NOW, netns=entries, veths=veths, ip_reservations=tuple(reservations),
+                    cni_cache=tuple(caches), runtime=view(*sbs))
+    pods = [pod(f"p{i}", f"u{i}", ip=f"10.0.1.{i}") for i in range(len(ready)) if in_api]
+    out = run(inv, *pods)
+    ready_ips = {f"10.0.1.{i}" for i, r in enumerate(ready) if r}
+    ready_named = {sb.netns_path for sb in sbs if sb.ready}
+    for j, (_, addrs) in enumerate(spaces):
+        if f"{STATE}/n{j}" in ready_named or addrs & ready_ips:
+            for key in ((Kind.NETNS, entries[j].path), (Kind.VETH, f"veth{j}")):
+                assert not out[key].cls.is_residue, (out[key], sbs)
+
+
+def test_a_netns_dir_that_is_the_state_dirs_keys_as_the_runtime_reports_it() -> None:
+    """`--netns-dir <state>/io.containerd.grpc.v1.cri/netns` (set by hand before nodegc read the state dir):
+    its files are still the ones the runtime's netns paths name."""
+    entry = NetnsEntry(name="cni-1", path=f"{SEEN}/cni-1", mounted=True, ns_inode=7, file_inode=3, mtime=OLD,
+                       addresses=("10.0.0.3",), addresses_read=True)
+    assert entry_key(entry) == netns_key(f"{STATE}/cni-1")
+    inv = Inventory(taken_at=NOW, netns=(entry,), runtime=view(sandbox("live", "u1", ready=True,
+                                                                       netns_path=f"{STATE}/cni-1")))
+    f = run(inv, pod("web", "u1", ip="10.0.0.3"))[(Kind.NETNS, entry.path)]
+    assert f.cls is FindingClass.IN_USE and f.owner.container_id == "live"
+
+
+def test_cni_del_enters_the_cached_namespace_never_a_namesake(tmp_path: Path) -> None:
+    from nodegc.reclaim.cni_del import _netns_for_del
+    from nodegc.settings import Roots
+
+    state = _state(tmp_path)
+    folder = state / "io.containerd.grpc.v1.cri" / "netns"
+    plain = tmp_path / "netns"
+    plain.mkdir()
+    for d in (folder, plain):
+        (d / "cni-1").write_bytes(b"")
+    roots = Roots(netns_dir=plain)
+    cached_state = dataclasses.replace(cache("x", uid="u"), netns=f"{STATE}/cni-1")
+    cached_plain = dataclasses.replace(cache("x", uid="u"), netns="/var/run/netns/cni-1")
+    assert _netns_for_del(cached_plain, roots) == str(plain / "cni-1")
+    assert _netns_for_del(cached_state, roots) == ""  # no state dir configured: not the /run/netns namesake
+    assert _netns_for_del(cached_state, roots, state) == str(folder / "cni-1")
+    assert _netns_for_del(cached_plain, roots, state) == str(plain / "cni-1")
+    assert _netns_for_del(cached_state, Roots(netns_dir=folder)) == str(folder / "cni-1")
+    assert _netns_for_del(cached_plain, Roots(netns_dir=folder)) == ""

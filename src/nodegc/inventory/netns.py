@@ -126,7 +126,12 @@ def _mount_points(mounts: Sequence[Mount], netns_dir: Path) -> tuple[frozenset[s
     resolved = os.path.realpath(configured)
     nsfs: set[str] = set()
     other: set[str] = set()
+    # A point whose parent is one of the two dirs holds that dir's last name as written: normpath only
+    # drops components, so a mount point without either name cannot be below them (most of a node's).
+    names = (os.path.basename(configured), os.path.basename(resolved))
     for m in mounts:
+        if names[0] not in m.mount_point and names[1] not in m.mount_point:
+            continue
         point = os.path.normpath(m.mount_point)
         if resolved != configured and os.path.dirname(point) == resolved:
             point = os.path.join(configured, os.path.basename(point))

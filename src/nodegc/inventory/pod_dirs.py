@@ -167,14 +167,19 @@ def _pod(scan: _Scan, entry: os.DirEntry[str]) -> PodDir | None:
         return None
     if not scan.directory(entry):
         return None
+    # Listed (and watched, for a PodDirWatcher) before its stat: a write into it after the stat raises an event.
+    children = scan.entries(entry.path)
     try:
-        st = entry.stat(follow_symlinks=False)
+        st = os.lstat(entry.path)
     except OSError as e:
         scan.problem(entry.path, os_reason(e))
         return None
+    if not stat.S_ISDIR(st.st_mode):
+        scan.problem(entry.path, "no longer a directory")
+        return None
     volumes: list[VolumeDir] = []
     containers: list[str] = []
-    for child in scan.entries(entry.path):
+    for child in children:
         name = child.name
         if name == "volumes" and scan.directory(child, kind=Kind.VOLUME_MOUNT):
             volumes.extend(_volumes(scan, uid, child.path))

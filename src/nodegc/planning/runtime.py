@@ -204,7 +204,9 @@ class _Runtime:
     def _leftovers(self) -> None:
         """What containerd keeps by id and no longer lists. A shim first: while it runs, its sandbox's
         directories stay (its processes may use them); they are reclaimed once it is gone."""
-        known = set(self.by_id) | {c.id for c in self.view.containers}
+        # A container the runtime lists names its sandbox: that sandbox's dirs are the runtime's too, even
+        # when the sandbox itself is not listed (listed between the two calls, or not loaded at recovery).
+        known = set(self.by_id) | {i for c in self.view.containers for i in (c.id, c.sandbox_id) if i}
         shims = {left.id: left for left in self.view.leftovers if left.what == "shim"}
         busy = {i: left.busy for left in self.view.leftovers if left.what == "task_dir" and left.busy
                 for i in (left.id, left.sandbox_id) if i}

@@ -55,7 +55,8 @@ def runtime_doubt(left: RuntimeLeftover, *, endpoint: str | None, timeout: float
     ids = {i for i in (left.id, left.sandbox_id) if i}
     try:
         with RuntimeClient(endpoint, timeout=timeout) as client:
-            listed = {sb.id for sb in client.list_sandboxes()} | {c.id for c in client.list_containers()}
+            listed = {sb.id for sb in client.list_sandboxes()}
+            listed |= {i for c in client.list_containers() for i in (c.id, c.pod_sandbox_id) if i}
     except CRIError as e:
         return f"runtime: {e}"
     known = sorted(ids & listed)

@@ -215,13 +215,16 @@ def _shims(proc_root: Path, socket: str | None) -> list[RuntimeLeftover]:
         return found
     btime = boot_time(proc_root)
     ticks = os.sysconf("SC_CLK_TCK")
+    # The endpoint and the shims' -address may spell one socket two ways (/var/run is a link to /run).
+    want = os.path.realpath(socket) if socket is not None else None
     for e in entries:
         pid = int(e.name)
         args = shim_args(proc_root, pid)
         if args is None:
             continue
         sid, address, _ = args
-        if sid and is_container_id(sid) and (socket is None or address == socket):
+        if sid and is_container_id(sid) and (socket is None or address == socket
+                                             or (address is not None and os.path.realpath(address) == want)):
             start = start_ticks(proc_root, pid)
             started = btime + start / ticks if btime is not None and start is not None else None
             # `... -bundle <dir> delete` is containerd cleaning up after a shim that exited: it uses the
