@@ -229,3 +229,36 @@ def test_nothing_a_ready_sandbox_names_or_holds_is_residue(ready: list[bool],
         if f"{STATE}/n{j}" in ready_named or addrs & ready_ips:
             for key in ((Kind.NETNS, entries[j].path), (Kind.VETH, f"veth{j}")):
                 assert not out[key].cls.is_residue, (out[key], sbs)
+
+
+def test_a_netns_dir_that_is_the_state_dirs_keys_as_the_runtime_reports_it() -> None:
+    """`--netns-dir <state>/io.containerd.grpc.v1.cri/netns` (set by hand before nodegc read the state dir):
+    its files are still the ones the runtime's netns paths name."""
+    entry = NetnsEntry(name="cni-1", path=f"{SEEN}/cni-1", mounted=True, ns_inode=7, file_inode=3, mtime=OLD,
+                       addresses=("10.0.0.3",), addresses_read=True)
+    assert entry_key(entry) == netns_key(f"{STATE}/cni-1")
+    inv = Inventory(taken_at=NOW, netns=(entry,), runtime=view(sandbox("live", "u1", ready=True,
+                                                                       netns_path=f"{STATE}/cni-1")))
+    f = run(inv, pod("web", "u1", ip="10.0.0.3"))[(Kind.NETNS, entry.path)]
+    assert f.cls is FindingClass.IN_USE and f.owner.container_id == "live"
+
+
+def test_cni_del_enters_the_cached_namespace_never_a_namesake(tmp_path: Path) -> None:
+    from nodegc.reclaim.cni_del import _netns_for_del
+    from nodegc.settings import Roots
+
+    state = _state(tmp_path)
+    folder = state / "io.containerd.grpc.v1.cri" / "netns"
+    plain = tmp_path / "netns"
+    plain.mkdir()
+    for d in (folder, plain):
+        (d / "cni-1").write_bytes(b"")
+    roots = Roots(netns_dir=plain)
+    cached_state = dataclasses.replace(cache("x", uid="u"), netns=f"{STATE}/cni-1")
+    cached_plain = dataclasses.replace(cache("x", uid="u"), netns="/var/run/netns/cni-1")
+    assert _netns_for_del(cached_plain, roots) == str(plain / "cni-1")
+    assert _netns_for_del(cached_state, roots) == ""  # no state dir configured: not the /run/netns namesake
+    assert _netns_for_del(cached_state, roots, state) == str(folder / "cni-1")
+    assert _netns_for_del(cached_plain, roots, state) == str(plain / "cni-1")
+    assert _netns_for_del(cached_state, Roots(netns_dir=folder)) == str(folder / "cni-1")
+    assert _netns_for_del(cached_plain, Roots(netns_dir=folder)) == ""

@@ -138,8 +138,9 @@ def _netns_for_del(entry: CNICacheEntry, roots: Roots, runtime_state_dir: Path |
     if not name or not head.endswith("/netns") or name in (".", ".."):
         return ""
     candidate = roots.netns_dir / name
-    if head.endswith("/" + CRI_NETNS_SUBDIR):
-        if runtime_state_dir is None or not_followed(runtime_state_dir) is not None:
+    in_state_dir = head.endswith("/" + CRI_NETNS_SUBDIR)
+    if in_state_dir != os.fsdecode(roots.netns_dir).rstrip("/").endswith("/" + CRI_NETNS_SUBDIR):
+        if not in_state_dir or runtime_state_dir is None or not_followed(runtime_state_dir) is not None:
             return ""
         candidate = runtime_netns_dir(runtime_state_dir) / name
     try:
