@@ -124,3 +124,22 @@ def test_without_a_store_in_memory_as_before() -> None:
     assert orphans.observe([finding(A)], T0, view=view(sandbox(A))) == []
     assert [f.id for f in orphans.observe([finding(A)], T0 + GRACE, view=view(sandbox(A)))] == [A]
     assert orphans.sandboxes[A].created_at == sandbox(A).created_at
+
+
+def test_a_schema_2_ledger_gains_the_table_and_keeps_its_items(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.db"
+    with Ledger(path):
+        pass
+    db = sqlite3.connect(path)
+    db.execute("DROP TABLE running_orphans")
+    db.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
+    db.execute("INSERT INTO items (key, kind, resource_id, phase, identity, finding_class, first_seen, last_seen,"
+               " orphan_count) VALUES ('netns:/run/netns/x', 'netns', '/run/netns/x', 'detected', '[]',"
+               " 'leaked_netns', 1, 1, 1)")
+    db.commit()
+    db.close()
+    with Ledger(path) as ledger:
+        assert ledger.running_orphans() == {}
+        assert list(ledger.items()) == ["netns:/run/netns/x"]
+        tracker(ledger).observe([finding(A)], T0, view=view(sandbox(A)))
+        assert ledger.running_orphans()[A].first_seen == T0
