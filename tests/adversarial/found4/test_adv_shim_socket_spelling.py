@@ -26,7 +26,7 @@ def test_a_shim_is_seen_whichever_way_the_socket_is_spelled(tmp_path: Path) -> N
     shim = subprocess.Popen(argv, start_new_session=True)
     try:
         deadline = time.monotonic() + 10
-        while b"containerd-shim" not in Path(f"/proc/{shim.pid}/cmdline").read_bytes():
+        while not Path(f"/proc/{shim.pid}/cmdline").read_bytes().startswith(b"containerd-shim-runc-v2\0"):
             assert time.monotonic() < deadline
             time.sleep(0.05)
         for socket in ("/run/containerd/containerd.sock", "/var/run/containerd/containerd.sock"):
