@@ -253,3 +253,19 @@ def test_the_same_mount_ids_stacked_the_other_way_round_are_looked_up_again(node
         sources.append(pods[0].volumes[0].source)
     assert sources == ["second", "second", "first", "first", "second", "second"]
     assert node.watcher.walked == 1  # one walk; the rest taken again
+
+
+def test_no_inotify_walks_everything_and_tries_again_later(node: Node, monkeypatch: pytest.MonkeyPatch) -> None:
+    node.pod()
+    real = inotify.Inotify.__init__
+
+    def exhausted(self: inotify.Inotify) -> None:
+        raise OSError(errno.EMFILE, "too many inotify instances")
+
+    monkeypatch.setattr(inotify.Inotify, "__init__", exhausted)
+    assert node.check() == (1, 0)
+    monkeypatch.setattr(inotify.Inotify, "__init__", real)
+    assert node.check() == (1, 0)  # not tried again at once
+    node.now += node.watcher.full_walk_seconds
+    assert node.check() == (1, 0)  # set up again: this walk is watched
+    assert node.check() == (0, 1)

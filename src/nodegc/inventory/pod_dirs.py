@@ -281,7 +281,8 @@ class PodDirWatcher:
         self._walks: dict[str, _Remembered] = {}
         self._root: tuple[str, int, int] | None = None
         self._last_full = -math.inf
-        self._unavailable = False
+        self._retry_at = -math.inf
+        """When inotify could not be set up: not before this (monotonic) is it tried again."""
         self._lock = threading.Lock()
         self.reused = 0
         self.walked = 0
@@ -314,7 +315,7 @@ class PodDirWatcher:
 
     def _begin(self, index: MountIndex, pods_path: str, st: os.stat_result) -> Inotify | None:
         """The inotify instance to use this scan, with every event so far applied; None: walk it all."""
-        if self._unavailable:
+        if self.monotonic() < self._retry_at:
             return None
         if _filesystem_of(index, pods_path) not in LOCAL_FILESYSTEMS:
             self._reset()
@@ -327,8 +328,11 @@ class PodDirWatcher:
             try:
                 self._inotify = Inotify()
             except OSError as e:
-                self._unavailable = True
-                log.warning("inotify unavailable: every scan walks every pod directory", error=str(e))
+                # Out of inotify instances (a per-user limit other programs share), say: walk everything,
+                # and try again after a full-walk period rather than never.
+                self._retry_at = self.monotonic() + self.full_walk_seconds
+                log.warning("inotify unavailable: every pod directory is walked every scan for now",
+                            error=str(e), retry_seconds=self.full_walk_seconds)
                 return None
         now = self.monotonic()
         if now - self._last_full >= self.full_walk_seconds:

@@ -324,10 +324,11 @@ def _shared_netns(ctx: Context, entry: CNICacheEntry, owner_uid: str | None) -> 
     return None
 
 
-def _netns_held(ctx: Context, netns: str | None, owner_uid: str | None) -> str | None:
+def _netns_held(ctx: Context, netns: str | None, owner_uid: str | None, *, key: str | None = None) -> str | None:
     """What the namespace itself holds outweighs any cache entry: an address there that a holding pod
-    claims makes it that pod's; an address that none of the entries naming it lists makes it someone's."""
-    key = netns_key(netns)
+    claims makes it that pod's; an address that none of the entries naming it lists makes it someone's.
+    `netns` is a path as a cache entry names it; a scanned file passes its own `key` (entry_key)."""
+    key = key or netns_key(netns)
     ns = ctx.netns_by_key.get(key) if key else None
     if ns is not None and ns.mounted and not ns.addresses_read and ns.path in ctx.netns_unreadable:
         return f"the addresses inside netns {ns.path} could not be read; nothing acts inside it blind"
@@ -380,7 +381,7 @@ def _netns(ctx: Context, ns: NetnsEntry) -> None:
         res = holding[0] if holding else resolutions[0]
         conflict = None if holding else (
             _claimed_elsewhere(ctx, [ip for e in entries for ip in e.ips], res.owner.uid)
-            or _netns_held(ctx, ns.path, res.owner.uid))
+            or _netns_held(ctx, ns.path, res.owner.uid, key=entry_key(ns)))
         evidence = res.evidence
         if res.state is OwnerState.UNKNOWN:
             cls = FindingClass.UNKNOWN
