@@ -283,7 +283,7 @@ def test_no_runtime_mounts_nothing_of_it(helm: str) -> None:
     c, mounts, _ = _runtime_view(objs)
     assert _agent_settings(c) == (None, None)
     assert set(mounts) == {"/var/lib/kubelet", "/run/netns", "/var/lib/cni", "/etc/cni/net.d", "/opt/cni/bin",
-                           "/run/xtables.lock", "/var/lib/nodegc"}
+                           "/etc/kubernetes/manifests", "/var/log/pods", "/run/xtables.lock", "/var/lib/nodegc"}
 
 
 @pytest.mark.parametrize(("args", "message"), [
