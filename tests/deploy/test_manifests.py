@@ -56,6 +56,9 @@ LEADER_ELECTION_RULES = [
 AGENT_MOUNTS = {
     "/var/lib/kubelet": ("/var/lib/kubelet", "Directory", "Bidirectional", False),
     "/run/netns": ("/run/netns", "DirectoryOrCreate", "Bidirectional", False),
+    # containerd's CRI socket and state dir in one hostPath; HostToContainer: the agent's own rootfs lives
+    # below it on the node, so Bidirectional would nest the container's mounts back into it.
+    "/run/containerd": ("/run/containerd", "Directory", "HostToContainer", False),
     "/var/lib/cni": ("/var/lib/cni", "DirectoryOrCreate", None, False),
     "/etc/cni/net.d": ("/etc/cni/net.d", "DirectoryOrCreate", None, True),
     "/opt/cni/bin": ("/opt/cni/bin", "DirectoryOrCreate", None, True),
@@ -65,7 +68,8 @@ AGENT_MOUNTS = {
     "/etc/nodegc": (None, None, None, True),  # the config file, from a ConfigMap
 }
 AGENT_ARGS = ["agent", "--config=/etc/nodegc/agent.yaml", "--node=$(NODE_NAME)", "--metrics-address=0.0.0.0:9808",
-              "--state-dir=/var/lib/nodegc"]
+              "--state-dir=/var/lib/nodegc", "--runtime-endpoint=unix:///run/containerd/containerd.sock",
+              "--runtime-state-dir=/run/containerd"]
 CONTROLLER_ARGS = ["controller", "--metrics-address=0.0.0.0:9809", f"--lease-namespace={NAMESPACE}"]
 
 
@@ -310,7 +314,8 @@ def test_agent_pod_shape(rendered: list[Obj]) -> None:
     spec = pod_spec(ds)
     assert spec["hostNetwork"] is True
     assert spec["dnsPolicy"] == "ClusterFirstWithHostNet"
-    assert not spec.get("hostPID") and not spec.get("hostIPC")
+    # The node's pid namespace: shims and task init processes are judged from /proc (runtime leftovers).
+    assert spec["hostPID"] is True and not spec.get("hostIPC")
     assert spec["priorityClassName"] == "system-node-critical"
     assert spec["tolerations"] == [{"operator": "Exists"}]
     (c,) = spec["containers"]
