@@ -207,3 +207,94 @@ def test_schema_knows_every_agent_config_key() -> None:
     agent_keys = set(keys(subcommand_parser(build_parser(), "agent")))
     assert agent_keys - allowed == set(), "add these to agent.config in values.schema.json"
     assert allowed - agent_keys == set(), "values.schema.json allows config keys the agent does not know"
+
+
+# --- the container runtime -------------------------------------------------------------------------
+
+
+def _runtime_view(objs: list[Obj]) -> tuple[Obj, dict[str, tuple[str, str | None]], dict[str, str]]:
+    """The agent container, its hostPath mounts (mountPath -> (hostPath, propagation)), and its volumes' types."""
+    spec = pod_spec(one(objs, "DaemonSet", "nodegc-agent"))
+    (c,) = spec["containers"]
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    mounts = {m["mountPath"]: (volumes[m["name"]]["hostPath"]["path"], m.get("mountPropagation"))
+              for m in c["volumeMounts"] if "hostPath" in volumes[m["name"]]}
+    types = {v["hostPath"]["path"]: v["hostPath"]["type"] for v in volumes.values() if "hostPath" in v}
+    return c, mounts, types
+
+
+def _agent_settings(c: Obj) -> tuple[str | None, Path | None]:
+    argv = [a.replace("$(NODE_NAME)", "node-a") for a in c["args"]]
+    s = agent_from_args(build_parser().parse_args(argv))
+    return s.safety.runtime_endpoint, s.safety.runtime_state_dir
+
+
+def _covered(path: str, mounts: dict[str, tuple[str, str | None]]) -> bool:
+    """`path` inside the container is the node's same path, through a hostPath mounted at its own path."""
+    return any((path == m or path.startswith(m + "/")) and host == m for m, (host, _) in mounts.items())
+
+
+def test_the_agent_reads_the_runtime_it_mounts(helm: str) -> None:
+    """containerd by default: the socket and the state dir the agent is told are mounted, at the node's paths,
+    in one hostPath, seeing the runtime's mounts (HostToContainer); /proc is the node's (hostPID)."""
+    objs = helm_template(helm)
+    validate(objs)
+    c, mounts, types = _runtime_view(objs)
+    endpoint, state = _agent_settings(c)
+    assert endpoint == "unix:///run/containerd/containerd.sock"
+    assert state == Path("/run/containerd")
+    assert _covered("/run/containerd/containerd.sock", mounts) and _covered(str(state), mounts)
+    assert mounts["/run/containerd"] == ("/run/containerd", "HostToContainer")
+    assert types["/run/containerd"] == "Directory"
+    assert [m for m in mounts if m.startswith("/run/containerd")] == ["/run/containerd"]
+    assert pod_spec(one(objs, "DaemonSet", "nodegc-agent"))["hostPID"] is True
+
+
+def test_cri_o_values_mount_its_socket_and_no_state_dir(helm: str) -> None:
+    objs = helm_template(helm, "--set", "agent.runtime.endpoint=unix:///var/run/crio/crio.sock",
+                         "--set", "agent.runtime.stateDir=")
+    validate(objs)
+    c, mounts, types = _runtime_view(objs)
+    assert "--runtime-endpoint=unix:///var/run/crio/crio.sock" in c["args"]
+    assert "--runtime-state-dir=none" in c["args"]
+    endpoint, state = _agent_settings(c)
+    assert endpoint == "unix:///var/run/crio/crio.sock" and state is None
+    assert mounts["/var/run/crio"] == ("/var/run/crio", "HostToContainer")
+    assert types["/var/run/crio"] == "Directory"
+    assert _covered("/var/run/crio/crio.sock", mounts)
+    assert not any(m.startswith("/run/containerd") for m in mounts)
+
+
+def test_a_socket_outside_the_state_dir_gets_its_own_mount(helm: str) -> None:
+    objs = helm_template(helm, "--set", "agent.runtime.endpoint=unix:///var/run/k0s/containerd.sock",
+                         "--set", "agent.runtime.stateDir=/run/k0s/containerd")
+    validate(objs)
+    c, mounts, _ = _runtime_view(objs)
+    endpoint, state = _agent_settings(c)
+    assert endpoint == "unix:///var/run/k0s/containerd.sock" and state == Path("/run/k0s/containerd")
+    assert mounts["/run/k0s/containerd"] == ("/run/k0s/containerd", "HostToContainer")
+    assert mounts["/var/run/k0s"] == ("/var/run/k0s", "HostToContainer")
+    assert _covered("/var/run/k0s/containerd.sock", mounts) and _covered(str(state), mounts)
+
+
+def test_no_runtime_mounts_nothing_of_it(helm: str) -> None:
+    objs = helm_template(helm, "--set", "agent.runtime.endpoint=", "--set", "agent.runtime.stateDir=")
+    validate(objs)
+    c, mounts, _ = _runtime_view(objs)
+    assert _agent_settings(c) == (None, None)
+    assert set(mounts) == {"/var/lib/kubelet", "/run/netns", "/var/lib/cni", "/etc/cni/net.d", "/opt/cni/bin",
+                           "/etc/kubernetes/manifests", "/var/log/pods", "/run/xtables.lock", "/var/lib/nodegc"}
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--set", "agent.runtime.endpoint=tcp://127.0.0.1:1234"], "endpoint"),
+    (["--set", "agent.runtime.endpoint=/run/containerd/containerd.sock"], "endpoint"),
+    (["--set", "agent.runtime.stateDir=run/containerd"], "stateDir"),
+    (["--set", "agent.runtime.socket=/run/crio"], "socket"),
+    # The config file cannot name another runtime than the one mounted: the flags would override it anyway.
+    (["--set", "agent.config.runtimeEndpoint=unix:///var/run/crio/crio.sock"], "agent.runtime.endpoint"),
+    (["--set", "agent.config.runtimeStateDir=none"], "agent.runtime.stateDir"),
+])
+def test_runtime_values_are_checked(helm: str, args: list[str], message: str) -> None:
+    err = template_fails(helm, *args)
+    assert message in err, err

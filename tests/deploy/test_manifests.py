@@ -56,16 +56,22 @@ LEADER_ELECTION_RULES = [
 AGENT_MOUNTS = {
     "/var/lib/kubelet": ("/var/lib/kubelet", "Directory", "Bidirectional", False),
     "/run/netns": ("/run/netns", "DirectoryOrCreate", "Bidirectional", False),
+    # containerd's CRI socket and state dir in one hostPath; HostToContainer: the agent's own rootfs lives
+    # below it on the node, so Bidirectional would nest the container's mounts back into it.
+    "/run/containerd": ("/run/containerd", "Directory", "HostToContainer", False),
     "/var/lib/cni": ("/var/lib/cni", "DirectoryOrCreate", None, False),
     "/etc/cni/net.d": ("/etc/cni/net.d", "DirectoryOrCreate", None, True),
     "/opt/cni/bin": ("/opt/cni/bin", "DirectoryOrCreate", None, True),
+    "/etc/kubernetes/manifests": ("/etc/kubernetes/manifests", "DirectoryOrCreate", None, True),
+    "/var/log/pods": ("/var/log/pods", "DirectoryOrCreate", None, False),
     "/run/xtables.lock": ("/run/xtables.lock", "FileOrCreate", None, False),
     "/var/lib/nodegc": ("/var/lib/nodegc", "DirectoryOrCreate", None, False),
     "/tmp": (None, None, None, False),  # an emptyDir: the root filesystem is read-only
     "/etc/nodegc": (None, None, None, True),  # the config file, from a ConfigMap
 }
 AGENT_ARGS = ["agent", "--config=/etc/nodegc/agent.yaml", "--node=$(NODE_NAME)", "--metrics-address=0.0.0.0:9808",
-              "--state-dir=/var/lib/nodegc"]
+              "--state-dir=/var/lib/nodegc", "--runtime-endpoint=unix:///run/containerd/containerd.sock",
+              "--runtime-state-dir=/run/containerd"]
 CONTROLLER_ARGS = ["controller", "--metrics-address=0.0.0.0:9809", f"--lease-namespace={NAMESPACE}"]
 
 
@@ -180,7 +186,7 @@ def test_chart_renders_valid_objects(charted: list[Obj], helm: str) -> None:
 def test_chart_options_render_valid_objects(helm: str) -> None:
     objs = helm_template(
         helm, "--set", "agent.dryRun=true", "--set", "agent.paths.kubeletRoot=/var/lib/k0s/kubelet",
-        "--set", "agent.paths.cniBinDir=/usr/libexec/cni",
+        "--set", "agent.paths.cniBinDir=/usr/libexec/cni", "--set", "agent.paths.staticPodDir=/etc/k0s/manifests",
         "--set", "agent.extraArgs={--interval=60,--grace=300}",
         "--set", "image.tag=dev", "--set", "namespace.create=false", "--set", "fullnameOverride=gc")
     validate(objs)
@@ -189,11 +195,12 @@ def test_chart_options_render_valid_objects(helm: str) -> None:
     c = pod_spec(agent)["containers"][0]
     assert c["image"] == "nodegc:dev"
     assert c["args"] == [*AGENT_ARGS, "--kubelet-root=/var/lib/k0s/kubelet", "--cni-bin-dir=/usr/libexec/cni",
-                         "--dry-run", "--interval=60", "--grace=300"]
+                         "--static-pod-dir=/etc/k0s/manifests", "--dry-run", "--interval=60", "--grace=300"]
     mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
     hosts = {v["name"]: v["hostPath"]["path"] for v in pod_spec(agent)["volumes"] if "hostPath" in v}
     assert mounts["kubelet-root"] == hosts["kubelet-root"] == "/var/lib/k0s/kubelet"
     assert mounts["cni-bin"] == hosts["cni-bin"] == "/usr/libexec/cni"
+    assert mounts["static-pods"] == hosts["static-pods"] == "/etc/k0s/manifests"
     parse_agent_args(c["args"])
 
 
@@ -310,7 +317,8 @@ def test_agent_pod_shape(rendered: list[Obj]) -> None:
     spec = pod_spec(ds)
     assert spec["hostNetwork"] is True
     assert spec["dnsPolicy"] == "ClusterFirstWithHostNet"
-    assert not spec.get("hostPID") and not spec.get("hostIPC")
+    # The node's pid namespace: shims and task init processes are judged from /proc (runtime leftovers).
+    assert spec["hostPID"] is True and not spec.get("hostIPC")
     assert spec["priorityClassName"] == "system-node-critical"
     assert spec["tolerations"] == [{"operator": "Exists"}]
     (c,) = spec["containers"]
@@ -396,3 +404,31 @@ def test_namespace_allows_the_privileged_agent(rendered: list[Obj]) -> None:
     ns = one(rendered, "Namespace", NAMESPACE)
     assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
 
+
+
+def test_every_node_path_the_agent_reads_is_mounted_at_its_own_path(rendered: list[Obj]) -> None:
+    """What the agent's flags (and their defaults) name on the node is a hostPath mounted at the same path:
+    a path that is not mounted is read inside the image, where it is empty or absent, so the agent silently
+    finds nothing there (no runtime, no static manifests, no pod log directories)."""
+    from nodegc.inventory.cri.client import socket_path
+    from nodegc.wiring import agent_from_args
+
+    ds = one(rendered, "DaemonSet", "nodegc-agent")
+    spec = pod_spec(ds)
+    (c,) = spec["containers"]
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    mounted = {m["mountPath"] for m in c["volumeMounts"]
+               if volumes[m["name"]].get("hostPath", {}).get("path") == m["mountPath"]}
+
+    def covered(path: Path) -> bool:
+        return any(str(path) == m or str(path).startswith(m + "/") for m in mounted)
+
+    s = agent_from_args(build_parser().parse_args([a.replace("$(NODE_NAME)", "node-a") for a in c["args"]]))
+    r = s.roots
+    for path in (r.kubelet_root, r.cni_conf_dir, r.cni_data_dir, r.netns_dir, r.static_pod_dir, r.pod_log_dir,
+                 s.safety.state_dir):
+        assert covered(path), f"{path} is not mounted from the node"
+    assert any(covered(d) for d in r.cni_bin_dirs)
+    assert s.safety.runtime_endpoint is not None and s.safety.runtime_state_dir is not None
+    assert covered(socket_path(s.safety.runtime_endpoint)) and covered(s.safety.runtime_state_dir)
+    assert r.proc_root == Path("/proc") and spec["hostPID"] is True

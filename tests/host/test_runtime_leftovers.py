@@ -357,3 +357,36 @@ def test_a_shim_is_signalled_only_while_it_is_the_verified_unknown_one(container
         sleeper.send_signal(signal.SIGKILL)
         sleeper.wait()
     assert _alive(pid)
+
+
+def test_reclaims_from_a_host_to_container_view_reach_the_node(containerd_node: Runtime, tmp_path: Path) -> None:
+    """The DaemonSet mounts the runtime's state dir with HostToContainer (rslave), not Bidirectional (the
+    agent's own rootfs lives below it on a node). nodegc runs here in a mount namespace whose mounts are
+    slaves of this one's (the node's, whose /run is shared as systemd makes it): it unmounts only its copy of
+    a leftover's shm and rootfs, and removing the directory then detaches the node's mount too. The live
+    sandbox's mounts, seen in that view as well, are untouched."""
+    node, rt = containerd_node
+    ((gone_sid, gone_cid),) = _power_loss_leftovers(rt, "gone")
+    gone_mounts = _own_mounts(rt, gone_sid, (gone_cid,))
+    live = new_spec("live")
+    live_sid = rt.run_sandbox(live)
+    live_cid = rt.run_container(live_sid, live)
+    before = _status(rt, live_sid)
+    assert before is not None and before[0]
+    live_mounts = _own_mounts(rt, live_sid, (live_cid,))
+    for point in (*gone_mounts, *live_mounts):
+        _run_checked(["mount", "--make-shared", str(point)])
+    snap = write_pods(tmp_path / "pods.json", [pod_record(node, live, before[1][0])])
+    clean = subprocess.run(["unshare", "--mount", "--propagation", "slave", sys.executable, "-m", "nodegc", "clean",
+                            "--apply", "--state-dir", str(tmp_path / "state"), "-o", "json",
+                            *_roots(node, rt, snap)], capture_output=True, text=True, timeout=300, check=False)
+    assert clean.returncode in (0, 3), clean.stderr[-2000:]
+    for path in (rt.state / CRI / "sandboxes" / gone_sid, rt.state / TASKS / gone_sid, rt.state / TASKS / gone_cid):
+        assert not path.exists(), clean.stdout[-3000:]
+    assert not any(is_mounted(p) for p in gone_mounts), "the node kept the leftover's mounts"
+    assert all(is_mounted(p) for p in live_mounts)
+    assert _status(rt, live_sid) == before
+
+
+def _run_checked(argv: list[str]) -> None:
+    subprocess.run(argv, capture_output=True, timeout=30, check=True)

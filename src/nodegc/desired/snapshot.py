@@ -20,6 +20,7 @@ import json
 import os
 import re
 import stat
+import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -32,6 +33,7 @@ import yaml
 from nodegc.api.objects import object_resource_version, pod_from_object, resource_version_number
 from nodegc.desired.source import FUTURE_TOLERANCE_SECONDS, SourceError
 from nodegc.hostio.clock import utcnow
+from nodegc.hostio.files import SETTLED_NS
 from nodegc.model.pods import DesiredState, OwnerState, Pod
 from nodegc.observe.logs import get_logger
 
@@ -48,8 +50,10 @@ _PROJECTED_DIR = re.compile(r"^\.\.\d{4}_\d\d_\d\d_\d\d_\d\d_\d\d\.\d+$")
 @dataclass(frozen=True)
 class _Read:
     state: DesiredState
-    stamp: tuple[int, int, int, int, int]
-    """(device, inode, mtime ns, ctime ns, size) of the file that was parsed."""
+    stamp: tuple[int, int, int, int, int] | None
+    """(device, inode, mtime ns, ctime ns, size) of the file that was parsed; None while its ctime had not
+    settled at the read (a rewrite within the same clock tick would keep the stamp), so the next call reads
+    the file again."""
     written: datetime
     """Its modification time: it never goes back from one read to the next of the same source."""
 
@@ -126,7 +130,8 @@ class SnapshotSource:
             self._warned = state.warnings
             for warning in state.warnings:
                 log.warning("snapshot dating", source=self.name, detail=warning)
-        self._last = _Read(state, _stamp(st), written)
+        settled = time.time_ns() - st.st_ctime_ns > SETTLED_NS
+        self._last = _Read(state, _stamp(st) if settled else None, written)
         return self._last
 
 

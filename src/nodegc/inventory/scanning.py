@@ -73,11 +73,12 @@ def scan_node(
         inventory = dataclasses.replace(inventory, runtime=runtime)
     if runtime is not None and runtime.reachable and options.runtime_state_dir is not None:
         from nodegc.inventory.cri.client import socket_path
-        from nodegc.inventory.cri.leftovers import scan_leftovers
+        from nodegc.inventory.cri.leftovers import read_leftovers
 
-        leftovers = scan_leftovers(options.runtime_state_dir, mounts=inventory.mounts, proc_root=roots.proc_root,
-                                   socket=str(socket_path(runtime.endpoint)))
-        inventory = dataclasses.replace(inventory, runtime=dataclasses.replace(runtime, leftovers=leftovers))
+        leftovers, unread = read_leftovers(options.runtime_state_dir, mounts=inventory.mounts,
+                                           proc_root=roots.proc_root, socket=str(socket_path(runtime.endpoint)))
+        inventory = dataclasses.replace(inventory, runtime=dataclasses.replace(runtime, leftovers=leftovers),
+                                        problems=(*inventory.problems, *unread))
     if backend_problem is not None:
         found = tuple(dataclasses.replace(backend_problem, kind=k)
                       for k in (Kind.IPTABLES_CHAIN, Kind.HOSTPORT_RULE, Kind.FIREWALL_RULE))

@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from nodegc.hostio.mountinfo import MountIndex, top_of
-from nodegc.model.resources import Mount
+from nodegc.model.resources import Kind, Mount, ReadProblem
 from nodegc.model.runtime import RuntimeLeftover
 
 _ID = re.compile(r"[0-9a-f]{64}")
@@ -44,11 +44,16 @@ def _show(name: str) -> str:
     return os.fsencode(name).decode("utf-8", "backslashreplace")
 
 
-def _entries(path: str) -> list[os.DirEntry[str]]:
+def _entries(path: str, problems: list[ReadProblem]) -> list[os.DirEntry[str]]:
+    """A folder that exists but cannot be listed (EACCES, EIO) is a read problem: the leftovers it would
+    show are not gone, so none of their items may close or move on."""
     try:
         with os.scandir(path) as it:
             return list(it)
-    except OSError:
+    except FileNotFoundError:
+        return []
+    except OSError as e:
+        problems.append(ReadProblem(Kind.RUNTIME_LEFTOVER, _show(path), f"cannot list: {e.strerror or e}"))
         return []
 
 
@@ -59,16 +64,23 @@ def expected_mount(what: str, path: str) -> str:
 
 def scan_leftovers(state_dir: Path, *, mounts: Iterable[Mount], proc_root: Path = Path("/proc"),
                    socket: str | None = None) -> tuple[RuntimeLeftover, ...]:
+    return read_leftovers(state_dir, mounts=mounts, proc_root=proc_root, socket=socket)[0]
+
+
+def read_leftovers(state_dir: Path, *, mounts: Iterable[Mount], proc_root: Path = Path("/proc"),
+                   socket: str | None = None) -> tuple[tuple[RuntimeLeftover, ...], tuple[ReadProblem, ...]]:
+    """The leftovers, and the folders that could not be listed."""
+    problems: list[ReadProblem] = []
     base = os.path.realpath(os.fsdecode(state_dir))
     index = MountIndex.build(tuple(mounts))
     out: list[RuntimeLeftover] = []
     sandboxes = os.path.join(base, CRI_DIR, "sandboxes")
-    out += _id_dirs("sandbox_dir", sandboxes, index, proc_root)
+    out += _id_dirs("sandbox_dir", sandboxes, index, proc_root, problems)
     tasks = os.path.join(base, TASKS_DIR)
     if _inside(tasks, base):
-        out += _id_dirs("task_dir", os.path.join(tasks, CRI_NAMESPACE), index, proc_root)
+        out += _id_dirs("task_dir", os.path.join(tasks, CRI_NAMESPACE), index, proc_root, problems)
     out += _shims(proc_root, socket)
-    return tuple(out)
+    return tuple(out), tuple(problems)
 
 
 def _inside(path: str, base: str) -> bool:
@@ -76,14 +88,15 @@ def _inside(path: str, base: str) -> bool:
     return os.path.realpath(path) == path and path.startswith(base + "/")
 
 
-def _id_dirs(what: str, parent: str, index: MountIndex, proc_root: Path) -> list[RuntimeLeftover]:
+def _id_dirs(what: str, parent: str, index: MountIndex, proc_root: Path,
+             problems: list[ReadProblem]) -> list[RuntimeLeftover]:
     if not os.path.lexists(parent):
         return []
     if not _inside(parent, os.path.dirname(parent)) or os.path.islink(parent):
         return [RuntimeLeftover(what, "", parent, problem=f"{_show(parent)} resolves to"
                                 f" {_show(os.path.realpath(parent))}: outside the state dir, not read")]
     found: list[RuntimeLeftover] = []
-    for e in _entries(parent):
+    for e in _entries(parent, problems):
         name_ok = is_container_id(e.name)
         if e.is_symlink():
             found.append(RuntimeLeftover(what, e.name if name_ok else "", e.path,
