@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -206,13 +207,26 @@ def test_without_root_the_commands_that_need_it_say_so(argv: list[str]) -> None:
     assert "needs root" not in history.stderr and "no ledger at" in history.stderr
 
 
+def _eventually(ready: Callable[[], bool], timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if ready():
+                return
+        except OSError:
+            pass
+        assert time.monotonic() < deadline, "not ready in time"
+        time.sleep(0.05)
+
+
 def test_sigint_exit_codes_match_the_readme(sandbox_node: SandboxNode, tmp_path: Path) -> None:
     """One-shot commands exit 130 on Ctrl-C; the agent finishes its cycle and exits 0 (README table)."""
     import signal
 
     waiting = subprocess.Popen([sys.executable, "-m", "nodegc", "scan", "--pods-from", "-", *roots(sandbox_node)],
                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(1.5)  # blocked reading stdin
+    # Signalled once blocked reading stdin (read(0, ...): syscall 0 on fd 0), not while still starting up.
+    _eventually(lambda: Path(f"/proc/{waiting.pid}/syscall").read_text().startswith("0 0x0 "))
     waiting.send_signal(signal.SIGINT)
     _, err = waiting.communicate(timeout=60)
     assert waiting.returncode == 130, err
@@ -222,7 +236,8 @@ def test_sigint_exit_codes_match_the_readme(sandbox_node: SandboxNode, tmp_path:
                               *roots(sandbox_node), "--state-dir", str(tmp_path / "state"), "--interval", "0.2",
                               "--metrics-address", ""], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        time.sleep(2)
+        # Its handlers are set before the ledger is opened: signalled once the ledger file is there.
+        _eventually(lambda: any((tmp_path / "state").glob("*")))
         agent.send_signal(signal.SIGINT)
         assert agent.wait(timeout=60) == 0
     finally:
