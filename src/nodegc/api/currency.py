@@ -7,6 +7,8 @@ with a live GET right before the list, it carries a resourceVersion and the time
   cannot be), and no object in it may be newer than the list itself;
 - the Lease must have been renewed within `max_age_seconds` (40 s, the kubelet's default lease duration)
   by this node's clock: an old renewal is an old answer, or a kubelet that is not running;
+- a renewal dated more than `MAX_LEASE_AHEAD_SECONDS` after this clock is a broken clock (the node's clock
+  stepped back, or the Lease is not this kubelet's): it proves no age, and is refused;
 - the list is then current as of the Lease's renewal, never later than the list itself.
 Used by the one-shot list (`desired.kube.KubeSource`) and by the agent's pod watch, for every list it makes.
 """
@@ -27,6 +29,10 @@ from nodegc.api.objects import object_resource_version, resource_version_number
 NODE_LEASE_NAMESPACE = "kube-node-lease"
 MAX_LEASE_AGE_SECONDS = 40.0
 """The kubelet's default node lease duration; it renews every quarter of it (10 s)."""
+MAX_LEASE_AHEAD_SECONDS = 10.0
+"""How far after the reader's clock a renewal may be dated: the kubelet may renew between that clock read
+and the GET (one renewal interval). Beyond it the renewal was dated by a clock ahead of this one (the node's
+clock stepped back, or not this kubelet's): its age cannot be told."""
 
 
 class NotCurrent(KubeError):
@@ -61,6 +67,9 @@ def node_lease_witness(client: lightkube.Client, node: str, *, now: datetime,
     if renewed.tzinfo is None:
         renewed = renewed.replace(tzinfo=UTC)
     age = (now - renewed).total_seconds()
+    if -age > MAX_LEASE_AHEAD_SECONDS:
+        raise NotCurrent(f"{cannot}: {what} was renewed {-age:.0f}s in the future: a clock stepped back, or a"
+                         " Lease not renewed on this node's clock; its age cannot be told")
     if age > max_age_seconds:
         raise NotCurrent(f"{cannot}: {what} was renewed {age:.0f}s ago (more than {max_age_seconds:g}s): "
                          "an old answer, or a kubelet that is not running")
