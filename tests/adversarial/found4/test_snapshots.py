@@ -135,9 +135,8 @@ def test_a_future_dated_reread_is_refused(tmp_path: Path) -> None:
         source.get_pod("d", "a")
 
 
-def test_get_pod_parses_the_file_once_while_it_is_unchanged(tmp_path: Path,
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    """One parse per change of the file, not one per terminate item (a 128 MiB file, a hundred items)."""
+def _count_parses(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """The paths parsed from now on, one entry a parse."""
     parses: list[Path] = []
     real = snapshot.parse_snapshot
 
@@ -146,6 +145,13 @@ def test_get_pod_parses_the_file_once_while_it_is_unchanged(tmp_path: Path,
         return real(content, **kwargs)
 
     monkeypatch.setattr(snapshot, "parse_snapshot", counting)
+    return parses
+
+
+def test_get_pod_parses_the_file_once_while_it_is_unchanged(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """One parse per change of the file, not one per terminate item (a 128 MiB file, a hundred items)."""
+    parses = _count_parses(monkeypatch)
     monkeypatch.setattr(snapshot, "SETTLED_NS", 0)  # the file counts as left alone at once
     f = write(tmp_path / "pods.json", pod_list(pod("a"), pod("b")))
     source = SnapshotSource(f, "n1")
@@ -163,14 +169,7 @@ def test_a_file_changed_just_before_the_read_is_parsed_again(tmp_path: Path,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     """ctime comes from a coarse clock: a same-size rewrite within the tick of the read keeps every field of
     the stamp. So a parse is remembered only once the file's ctime is well before the read."""
-    parses: list[Path] = []
-    real = snapshot.parse_snapshot
-
-    def counting(content: bytes, **kwargs: Any) -> Any:
-        parses.append(kwargs["path"])
-        return real(content, **kwargs)
-
-    monkeypatch.setattr(snapshot, "parse_snapshot", counting)
+    parses = _count_parses(monkeypatch)
     monkeypatch.setattr(snapshot, "SETTLED_NS", 3600 * 10**9)  # nothing written in the last hour has settled
     f = write(tmp_path / "pods.json", pod_list(pod("a"), pod("b")))
     source = SnapshotSource(f, "n1")
