@@ -4,7 +4,8 @@ each one so, reported once absent longer than the long grace, and stopped only o
 The first-seen time of each is kept in the ledger by sandbox id, with the pod UID and the creation time the
 sandbox had then, so an agent that restarts (or crash-loops) goes on counting instead of starting over. It
 is forgotten when the sandbox is no longer a running orphan in a complete runtime list (its pod is in the
-API again, it stopped, or it is gone); a runtime that cannot be read, or whose list misses a running pod's
+API again, it stopped, or it is gone), and whenever it is READY with its pod in the API (`in_use`, even on
+an incomplete list: the absence ended); a runtime that cannot be read, or whose list misses a running pod's
 sandbox, changes nothing. A first-seen time after now (the clock stepped back, a ledger copied from
 elsewhere) counts as now: it never makes an orphan older. A ledger that cannot be read or written leaves
 the count in this process's memory, and the log says so.
@@ -61,11 +62,15 @@ class RunningOrphans:
                 complete: bool = True) -> list[Finding]:
         """The running orphans absent longer than the grace. Only a complete, reachable runtime list (and
         `view` given) forgets the sandboxes that are running orphans no more."""
+        findings = list(findings)
         records = self._load()
         current = {f.id: f for f in findings if f.kind is Kind.SANDBOX and f.cls is FindingClass.RUNNING_ORPHAN}
         listed = view.by_id() if view is not None and view.reachable else {}
         decisive = view is not None and view.reachable and complete
-        forget = [sid for sid in records if sid not in current] if decisive else []
+        # A READY sandbox whose pod the API shows (`in_use`) is no orphan now, whatever the list's completeness:
+        # its earlier absence ended, and a later one counts from scratch.
+        back = {f.id for f in findings if f.kind is Kind.SANDBOX and f.cls is FindingClass.IN_USE}
+        forget = [sid for sid in records if sid not in current and (decisive or sid in back)]
         changed: dict[str, OrphanSeen] = {}
         due: list[Finding] = []
         self.sandboxes = {}
