@@ -179,12 +179,15 @@ class _Runtime:
         read = view.read_at.timestamp() if view.read_at else ctx.now
         self.horizon = min(photo, read) - ctx.policy.min_age_seconds
         """Anything born after this can be younger than one of the two photographs."""
+        self.not_theirs: dict[str, RuntimeSandbox] = {}
+        """Netns paths tied by address to a sandbox the runtime lists with another netns path."""
         self.cid_of = self._container_ids()
         inv = ctx.inv
         known = set(self.by_id)
         self.cri_networks = {r.network for r in inv.ip_reservations if r.container_id in known}
         self.cri_networks |= {e.network for e in inv.cni_cache if e.container_id in known}
         self.networks = _Networks.of(inv)
+        self._veths = {link.name: link for link in inv.veths}
 
     def run(self) -> None:
         revised = [self._revise(f) for f in self.ctx.findings]
@@ -321,6 +324,12 @@ class _Runtime:
             cid = sb.id if sb else (entries[0].container_id if len({e.container_id for e in entries}) == 1 else None)
             if sb is None and not entries:
                 cid = _holder_of_addresses(ns, holders)
+                held_by = self.by_id.get(cid or "")
+                if held_by is not None and (named := netns_key(held_by.netns_path)) and named != key:
+                    # The sandbox whose reservations hold its addresses names another netns: this one is not
+                    # that sandbox's (a dead sandbox's namespace holding an address given out again).
+                    self.not_theirs[ns.path] = held_by
+                    cid = None
             # Its addresses, and those of every cache entry naming it: a live pod's address keeps it.
             out[(Kind.NETNS, ns.path)] = (cid, ns.mtime, (*ns.addresses, *(ip for e in entries for ip in e.ips)))
         netns_cid = {ns.path: out[(Kind.NETNS, ns.path)] for ns in inv.netns}
@@ -341,8 +350,16 @@ class _Runtime:
         if f.cls is FindingClass.CONFLICT:
             return f
         cid, mtime, ips = self.cid_of.get((f.kind, f.id), (None, None, ()))
-        if not cid:
+        if not cid and (other := self._not_theirs(f)) is not None:
+            if f.cls.is_residue or f.cls is FindingClass.IN_USE:
+                return dataclasses.replace(f, cls=FindingClass.CONFLICT, evidence=(
+                    *f.evidence, f"its addresses are sandbox {short(other.id)}'s, whose netns the runtime reports"
+                    f" as {other.netns_path}: two namespaces hold them"))
             return f
+        if not cid:
+            # Tied to no id, yet a READY sandbox's address is inside (its own netns, keyed otherwise than its
+            # path, of a terminal pod the kubelet has not stopped yet): never residue.
+            return self._ready_address(f, ips)
         sb = self.by_id.get(cid)
         if sb is not None:
             return self._tied(f, sb, f"container id {short(cid)} is sandbox {short(cid)} in the runtime")
@@ -350,11 +367,25 @@ class _Runtime:
             return self._protect_only(f, cid, ips)  # absent from an incomplete list proves nothing
         return self._unknown_to_runtime(f, cid, mtime, ips)
 
+    def _not_theirs(self, f: Finding) -> RuntimeSandbox | None:
+        """For a netns (or the veth into it) tied by its addresses to a sandbox that names another netns,
+        that sandbox."""
+        if f.kind is Kind.NETNS:
+            return self.not_theirs.get(f.id)
+        if f.kind is Kind.VETH:
+            link = self._veths.get(f.id)
+            return self.not_theirs.get(link.peer_netns_path or "") if link is not None else None
+        return None
+
     def _protect_only(self, f: Finding, cid: str, ips: tuple[str, ...]) -> Finding:
         """What an incomplete list still proves: a READY sandbox's netns and addresses are in use."""
         keep = self._netns_of_another_sandbox(f, cid)
         if keep and (f.cls.is_residue or f.cls is FindingClass.IN_USE):
             return dataclasses.replace(f, cls=FindingClass.CONFLICT, evidence=(*f.evidence, keep))
+        return self._ready_address(f, ips)
+
+    def _ready_address(self, f: Finding, ips: tuple[str, ...]) -> Finding:
+        """Residue holding a READY sandbox's address is kept (`conflict`): a live sandbox's address is never taken."""
         hit = [ip for ip in (normalize_ip(i) for i in ips) if ip and ip in self.ready_ips]
         if hit and f.cls.is_residue:
             return dataclasses.replace(f, cls=FindingClass.CONFLICT,
