@@ -86,6 +86,9 @@ class Context:
     """The owner of every cache entry, by path, resolved once a scan."""
     runtime_unusable: tuple[str | None] | None = None
     """Why the runtime's view carries no evidence (planning.runtime), once worked out: (reason or None,)."""
+    runtime_pass: object | None = None
+    """The runtime domain's pass of this correlation (planning.runtime), or of the one this context was
+    built from: a second pass of the same scan takes from it what does not depend on the namespaces."""
     unmirrored: list[StaticPodManifest] = field(default_factory=list)
     mirrored: list[tuple[StaticPodManifest, Pod]] = field(default_factory=list)
     """Manifests with their mirror pod in the desired state: the mirror may lag behind an edited manifest."""
@@ -103,7 +106,8 @@ class Context:
                        unreadable_cache=_unreadable_cache(inv), netns_by_key=_netns_by_key(inv),
                        resolutions=previous.resolutions, unexplained_pod_dir=previous.unexplained_pod_dir,
                        netns_unreadable=_netns_unreadable(inv), unmirrored=previous.unmirrored,
-                       mirrored=previous.mirrored)
+                       mirrored=previous.mirrored, runtime_unusable=previous.runtime_unusable,
+                       runtime_pass=previous.runtime_pass)
         pods = PodIndex.build(desired)
         cache = CacheIndex.build(inv.cni_cache)
         explained: set[str] = set()

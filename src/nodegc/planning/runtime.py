@@ -70,7 +70,10 @@ def correlate_runtime(ctx: Context) -> None:
     if view is None or not view.reachable:
         return
     # An incomplete list still proves what it shows (a READY sandbox is in use); it proves no absence.
-    _Runtime(ctx, view, complete=_unusable(ctx) is None).run()
+    previous = ctx.runtime_pass if isinstance(ctx.runtime_pass, _Runtime) and ctx.runtime_pass.view is view else None
+    runtime = _Runtime(ctx, view, complete=_unusable(ctx) is None, previous=previous)
+    runtime.run()
+    ctx.runtime_pass = runtime
 
 
 def correlate_pod_logs(ctx: Context) -> None:
@@ -155,12 +158,32 @@ def _unusable(ctx: Context) -> str | None:
 
 
 
+_Tie = tuple[str | None, float | None, tuple[str, ...]]
+"""An attachment's sandbox id (or None), its age stamp and its IPs."""
+
+
 class _Runtime:
-    def __init__(self, ctx: Context, view: RuntimeView, *, complete: bool = True) -> None:
+    def __init__(self, ctx: Context, view: RuntimeView, *, complete: bool = True,
+                 previous: _Runtime | None = None) -> None:
+        """`previous`: the pass of a correlation whose context this one's was built from (`Context.build`
+        with a previous context: the same scan, only its namespaces' addresses read since). What does not
+        depend on the namespaces is taken from it: the indexes, the files' ties, the sandboxes' and
+        leftovers' own findings."""
         self.ctx = ctx
         self.view = view
         self.complete = complete
         """False: the list misses running pods' sandboxes; only what it shows protects, nothing is residue."""
+        self.netns_keys = {ns.path: entry_key(ns) for ns in ctx.inv.netns}
+        self.not_theirs: dict[str, RuntimeSandbox] = {}
+        """Netns paths tied by address to a sandbox the runtime lists with another netns path."""
+        if previous is not None and previous.complete == complete:
+            self._take(previous)
+        else:
+            self._index()
+        self.cid_of = self._container_ids()
+
+    def _index(self) -> None:
+        ctx, view = self.ctx, self.view
         self.by_id = view.by_id()
         self.by_pod: dict[str, list[RuntimeSandbox]] = defaultdict(list)
         for sb in view.sandboxes:
@@ -173,38 +196,59 @@ class _Runtime:
                 self.live_containers[c.sandbox_id] += 1
         self.by_netns = {k: sb for sb in view.sandboxes if (k := netns_key(sb.netns_path))}
         """Sandboxes by the key of the netns path the runtime reports (where the runtime says it is)."""
-        self.netns_keys = {ns.path: entry_key(ns) for ns in ctx.inv.netns}
         self.ready_ips = {ip for sb in view.sandboxes if sb.ready for ip in (normalize_ip(i) for i in sb.ips) if ip}
         photo = min(ctx.now, ctx.desired.fetched_at.timestamp())
         read = view.read_at.timestamp() if view.read_at else ctx.now
         self.horizon = min(photo, read) - ctx.policy.min_age_seconds
         """Anything born after this can be younger than one of the two photographs."""
-        self.not_theirs: dict[str, RuntimeSandbox] = {}
-        """Netns paths tied by address to a sandbox the runtime lists with another netns path."""
-        self.cid_of = self._container_ids()
+        self.who = f"{view.runtime_name or 'runtime'} {view.runtime_version or ''}".strip()
+        self.files_of, self.holders = self._files()
         inv = ctx.inv
         known = set(self.by_id)
         self.cri_networks = {r.network for r in inv.ip_reservations if r.container_id in known}
         self.cri_networks |= {e.network for e in inv.cni_cache if e.container_id in known}
         self.networks = _Networks.of(inv)
         self._veths = {link.name: link for link in inv.veths}
+        self.own: tuple[Finding, ...] | None = None
+        """The sandboxes' and leftovers' findings: they depend on no other finding and no namespace."""
+
+    def _take(self, previous: _Runtime) -> None:
+        self.by_id = previous.by_id
+        self.by_pod = previous.by_pod
+        self.live_containers = previous.live_containers
+        self.by_netns = previous.by_netns
+        self.ready_ips = previous.ready_ips
+        self.horizon = previous.horizon
+        self.who = previous.who
+        self.files_of = previous.files_of
+        self.holders = previous.holders
+        self.cri_networks = previous.cri_networks
+        self.networks = previous.networks
+        self._veths = previous._veths
+        self.own = previous.own
 
     def run(self) -> None:
         revised = [self._revise(f) for f in self.ctx.findings]
         self.ctx.findings[:] = revised
+        if self.own is None:
+            self.own = self._own()
+        self.ctx.findings.extend(self.own)
+
+    def _own(self) -> tuple[Finding, ...]:
+        out: list[Finding] = []
         for sb in self.view.sandboxes:
             found = self._sandbox(sb)
             if not self.complete and found.cls not in (FindingClass.IN_USE, FindingClass.UNKNOWN):
                 found = dataclasses.replace(found, cls=FindingClass.PROTECTED, sandbox=None, evidence=(
                     *found.evidence, "the runtime's list misses running pods: nothing is concluded from it"))
-            self.ctx.add(found)
-        if not self.complete:
-            return
-        self._leftovers()
+            out.append(found)
+        if self.complete:
+            out.extend(self._leftovers())
+        return tuple(out)
 
     # -- containerd's own leftovers ---------------------------------------------------------------
 
-    def _leftovers(self) -> None:
+    def _leftovers(self) -> list[Finding]:
         """What containerd keeps by id and no longer lists. A shim first: while it runs, its sandbox's
         directories stay (its processes may use them); they are reclaimed once it is gone."""
         # A container the runtime lists names its sandbox: that sandbox's dirs are the runtime's too, even
@@ -214,12 +258,14 @@ class _Runtime:
         busy = {i: left.busy for left in self.view.leftovers if left.what == "task_dir" and left.busy
                 for i in (left.id, left.sandbox_id) if i}
         blind = self._leftovers_unjudgeable(shims)
+        out: list[Finding] = []
         for left in self.view.leftovers:
             if left.what not in ("sandbox_dir", "task_dir", "shim"):
                 continue  # netns files under the state dir are network namespaces (Kind.NETNS), not leftovers
             if left.id in known:
                 continue  # the runtime's own: never touched
-            self.ctx.add(self._leftover(left, known, shims, busy, blind))
+            out.append(self._leftover(left, known, shims, busy, blind))
+        return out
 
     def _leftovers_unjudgeable(self, shims: dict[str, RuntimeLeftover]) -> str | None:
         """Why no leftover can be judged this scan, beyond the list's completeness for network attachments:
@@ -245,7 +291,7 @@ class _Runtime:
     def _leftover(self, left: RuntimeLeftover, known: set[str], shims: dict[str, RuntimeLeftover],
                   busy: dict[str, str], blind: str | None = None) -> Finding:
         state = "mounted" if left.mounted else f"pid {left.pid}" if left.pid else "not mounted"
-        why = (f"{left.what} of id {short(left.id) or '?'} ({state}): the runtime ({self._who()}) lists no such"
+        why = (f"{left.what} of id {short(left.id) or '?'} ({state}): the runtime ({self.who}) lists no such"
                " sandbox or container")
 
         def finding(cls: FindingClass, note: str) -> Finding:
@@ -290,10 +336,11 @@ class _Runtime:
 
     # -- which sandbox an attachment belongs to -----------------------------------------------------
 
-    def _container_ids(self) -> dict[tuple[Kind, str], tuple[str | None, float | None, tuple[str, ...]]]:
-        """(kind, finding id) -> (sandbox id, age stamp, IPs) for every attachment of the scan."""
+    def _files(self) -> tuple[dict[tuple[Kind, str], _Tie], dict[str, set[str]]]:
+        """The ties of the attachments recorded in files and rules (they do not depend on the namespaces),
+        and the container ids holding each reserved address."""
         inv = self.ctx.inv
-        out: dict[tuple[Kind, str], tuple[str | None, float | None, tuple[str, ...]]] = {}
+        out: dict[tuple[Kind, str], _Tie] = {}
         for r in inv.ip_reservations:
             out[(Kind.IP_RESERVATION, f"{r.network}/{r.ip}")] = (r.container_id, r.mtime, (r.ip,))
         for e in inv.cni_cache:
@@ -317,6 +364,13 @@ class _Runtime:
         for r in inv.ip_reservations:
             if (ip := normalize_ip(r.ip)) is not None:
                 holders[ip].add(r.container_id or "")
+        return out, holders
+
+    def _container_ids(self) -> dict[tuple[Kind, str], _Tie]:
+        """(kind, finding id) -> (sandbox id, age stamp, IPs) for every attachment of the scan."""
+        inv = self.ctx.inv
+        out = dict(self.files_of)
+        holders = self.holders
         for ns in inv.netns:
             key = entry_key(ns)
             sb = self.by_netns.get(key)
@@ -386,6 +440,8 @@ class _Runtime:
 
     def _ready_address(self, f: Finding, ips: tuple[str, ...]) -> Finding:
         """Residue holding a READY sandbox's address is kept (`conflict`): a live sandbox's address is never taken."""
+        if not f.cls.is_residue or not self.ready_ips:
+            return f
         hit = [ip for ip in (normalize_ip(i) for i in ips) if ip and ip in self.ready_ips]
         if hit and f.cls.is_residue:
             return dataclasses.replace(f, cls=FindingClass.CONFLICT,
@@ -436,7 +492,7 @@ class _Runtime:
             # Not (provably) networks of the runtime's sandboxes only: another CNI user's (nerdctl, podman,
             # a VM), whose containers the runtime cannot know. Its word says nothing here.
             return f
-        why = f"container id {short(cid)} names no sandbox the runtime ({self._who()}) knows"
+        why = f"container id {short(cid)} names no sandbox the runtime ({self.who}) knows"
         keep = self._netns_of_another_sandbox(f, cid) or self._add_may_run(f, cid, mtime)
         if keep:
             cls = FindingClass.CONFLICT if keep.startswith("its netns") else FindingClass.PROTECTED
@@ -495,9 +551,6 @@ class _Runtime:
         return (f"pod {starting[0].namespace}/{starting[0].name} is starting and the runtime shows no sandbox for"
                 " it yet: this may be its RunPodSandbox")
 
-    def _who(self) -> str:
-        return f"{self.view.runtime_name or 'runtime'} {self.view.runtime_version or ''}".strip()
-
     def _newest_of_starting_pod(self, sb: RuntimeSandbox) -> bool:
         pod = self.ctx.pods.by_uid.get(sb.pod_uid)
         if pod is None or pod.state not in HOLDING:
@@ -514,7 +567,7 @@ class _Runtime:
         made = sb.created_at.timestamp() if sb.created_at else None
         young = made is None or made > self.horizon
         evidence: tuple[str, ...] = (f"sandbox {short(sb.id)} of {owner.label()} is "
-                                     f"{'READY' if sb.ready else 'NotReady'} in {self._who()}",)
+                                     f"{'READY' if sb.ready else 'NotReady'} in {self.who}",)
         def finding(cls: FindingClass, *notes: str, sandbox: str | None = None) -> Finding:
             return Finding(cls, Kind.SANDBOX, sb.id, owner, state, (*evidence, *notes),
                            netns=sb.netns_path, ip=sb.ips[0] if sb.ips else None, sandbox=sandbox)
