@@ -237,11 +237,7 @@ class _Runtime:
     def _own(self) -> tuple[Finding, ...]:
         out: list[Finding] = []
         for sb in self.view.sandboxes:
-            found = self._sandbox(sb)
-            if not self.complete and found.cls not in (FindingClass.IN_USE, FindingClass.UNKNOWN):
-                found = dataclasses.replace(found, cls=FindingClass.PROTECTED, sandbox=None, evidence=(
-                    *found.evidence, "the runtime's list misses running pods: nothing is concluded from it"))
-            out.append(found)
+            out.append(self._sandbox(sb))
         if self.complete:
             out.extend(self._leftovers())
         return tuple(out)
@@ -569,6 +565,9 @@ class _Runtime:
         evidence: tuple[str, ...] = (f"sandbox {short(sb.id)} of {owner.label()} is "
                                      f"{'READY' if sb.ready else 'NotReady'} in {self.who}",)
         def finding(cls: FindingClass, *notes: str, sandbox: str | None = None) -> Finding:
+            if not self.complete and cls not in (FindingClass.IN_USE, FindingClass.UNKNOWN):
+                cls, sandbox = FindingClass.PROTECTED, None
+                notes = (*notes, "the runtime's list misses running pods: nothing is concluded from it")
             return Finding(cls, Kind.SANDBOX, sb.id, owner, state, (*evidence, *notes),
                            netns=sb.netns_path, ip=sb.ips[0] if sb.ips else None, sandbox=sandbox)
         static = None
