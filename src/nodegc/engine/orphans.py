@@ -8,7 +8,8 @@ API again, it stopped, or it is gone), and whenever it is READY with its pod in 
 an incomplete list: the absence ended); a runtime that cannot be read, or whose list misses a running pod's
 sandbox, changes nothing. A first-seen time after now (the clock stepped back, a ledger copied from
 elsewhere) counts as now: it never makes an orphan older. A ledger that cannot be read or written leaves
-the count in this process's memory, and the log says so.
+the count in this process's memory, and the log says so; once it answers again, what memory learnt meanwhile
+wins over its older rows (a record forgotten in the outage stays forgotten) and is written back.
 
 Stopping is destructive and the workload is still running, so it takes every check a reclaim takes and
 more: the cycle's guards passed, a live GET finds no pod with that UID, and a fresh PodSandboxStatus still
@@ -57,6 +58,10 @@ class RunningOrphans:
     sandboxes: dict[str, RuntimeSandbox] = field(default_factory=dict)
     """The running orphans of the last observation, as the runtime listed them (what a stop must find again)."""
     _store_down: bool = False
+    _resync: bool = False
+    """The ledger answered again after an outage: the next save writes every record back."""
+    _unsaved_forgets: set[str] = field(default_factory=set)
+    """Records forgotten while the ledger could not be written."""
 
     def observe(self, findings: Iterable[Finding], now: float, *, view: RuntimeView | None = None,
                 complete: bool = True) -> list[Finding]:
@@ -90,7 +95,7 @@ class RunningOrphans:
                 due.append(f)
         records = {sid: r for sid, r in records.items() if sid not in forget} | changed
         self.first_seen = records
-        if changed or forget:
+        if changed or forget or self._resync:
             self._save(changed, forget)
         return due
 
@@ -103,18 +108,28 @@ class RunningOrphans:
             self._store_failed("read", e)
             return dict(self.first_seen)
         if self._store_down:
+            # What this process learnt meanwhile wins over the ledger's rows from before the outage: the
+            # records it forgot stay forgotten, those it began or kept stand; written back on the next save.
             self._store_down = False
+            self._resync = True
             log.info("running orphans' first-seen times read from the ledger again")
+            return {sid: r for sid, r in records.items() if sid not in self._unsaved_forgets} | self.first_seen
         return records
 
     def _save(self, changed: dict[str, OrphanSeen], forget: list[str]) -> None:
         if self.store is None:
             return
+        whole = self._store_down or self._resync
+        forget = [*forget, *sorted(self._unsaved_forgets - set(forget))]
         try:
             # The in-memory records are the whole truth while the store failed: write them all back.
-            self.store.save_running_orphans(seen=self.first_seen if self._store_down else changed, forget=forget)
+            self.store.save_running_orphans(seen=self.first_seen if whole else changed, forget=forget)
         except LedgerError as e:
+            self._unsaved_forgets.update(forget)
             self._store_failed("written", e)
+        else:
+            self._resync = False
+            self._unsaved_forgets.clear()
 
     def _store_failed(self, what: str, e: LedgerError) -> None:
         if self.on_store_error is not None:

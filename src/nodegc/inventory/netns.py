@@ -90,6 +90,11 @@ def scan_runtime_netns(
 _ABSENT = "absent"
 
 
+def is_runtime_netns_dir(state_dir: Path, netns_dir: Path) -> bool:
+    """Whether the netns dir is the runtime's state-dir netns folder (at whatever path it is configured)."""
+    return not_followed(state_dir) is None and _same_dir(runtime_netns_dir(state_dir), netns_dir)
+
+
 def not_followed(state_dir: Path) -> str | None:
     """Why the runtime's netns directory under `state_dir` is not to be read or acted in (a component
     below the state dir is a symlink or not a directory), `"absent"` when it does not exist, or None."""

@@ -19,7 +19,13 @@ from nodegc.inventory.cni_ipam import scan_ip_reservations
 from nodegc.inventory.cri.runtimes import read_runtime
 from nodegc.inventory.iptables import scan_iptables_all
 from nodegc.inventory.links import scan_veths
-from nodegc.inventory.netns import NetnsReadError, read_netns_addresses_many, scan_netns, scan_runtime_netns
+from nodegc.inventory.netns import (
+    NetnsReadError,
+    is_runtime_netns_dir,
+    read_netns_addresses_many,
+    scan_netns,
+    scan_runtime_netns,
+)
 from nodegc.inventory.pod_dirs import pod_dir_watcher, scan_pod_dirs
 from nodegc.inventory.pod_logs import scan_pod_log_dirs
 from nodegc.inventory.static_pods import scan_static_pods
@@ -118,6 +124,10 @@ def _read_host(roots: Roots, taken_at: datetime, rules_read: Future[_Rules], *,
     problems += found
     netns, found = scan_netns(roots.netns_dir, mounts)
     problems += found
+    if runtime_state_dir is not None and netns and is_runtime_netns_dir(runtime_state_dir, roots.netns_dir):
+        # The state dir's netns folder configured as the netns dir at another path: its files are keyed as
+        # the runtime names them (under the state dir), never as /run/netns files of the same name.
+        netns = tuple(dataclasses.replace(e, runtime_keyed=True) for e in netns)
     if runtime_state_dir is not None:
         # containerd's netns files under its state dir are network namespaces like any other.
         more, found = scan_runtime_netns(runtime_state_dir, mounts, netns_dir=roots.netns_dir)

@@ -139,6 +139,9 @@ class NetnsEntry:
     """Whether `addresses` was read: an unread namespace holds unknown addresses, not none."""
     runtime_dir: bool = False
     """A file of the runtime's state dir (`<state>/io.containerd.grpc.v1.cri/netns`), not of the netns dir."""
+    runtime_keyed: bool = False
+    """A file of a netns dir that is the runtime's state-dir netns folder seen at another path (mounted
+    elsewhere): keyed as the runtime names its files, though read (and removed) as the netns dir's."""
 
 
 @dataclass(frozen=True)

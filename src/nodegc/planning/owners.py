@@ -59,7 +59,8 @@ def netns_key(path: str | None) -> str | None:
 def entry_key(ns: NetnsEntry) -> str:
     """The key of a scanned netns file, by the directory it was read from (whatever that is called): the
     runtime's under its state dir, or a `--netns-dir` that is that very directory, keys as its paths do."""
-    in_state_dir = ns.runtime_dir or ns.path.rstrip("/").rpartition("/")[0].endswith("/" + CRI_NETNS_SUBDIR)
+    in_state_dir = (ns.runtime_dir or ns.runtime_keyed
+                    or ns.path.rstrip("/").rpartition("/")[0].endswith("/" + CRI_NETNS_SUBDIR))
     return f"{CRI_NETNS_SUBDIR}/{ns.name}" if in_state_dir else ns.name
 
 
