@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import lightkube
 import pytest
 
-from nodegc.api.client import make_client
 from nodegc.kube.events import EventRecorder, EventType, ObjectRef
 from tests.api.fakeapi import FakeKubeAPI, RecordedRequest
 
@@ -24,19 +21,6 @@ class Clocks:
     def advance(self, seconds: float) -> None:
         self.wall += timedelta(seconds=seconds)
         self.mono += seconds
-
-
-@pytest.fixture
-def api() -> Iterator[FakeKubeAPI]:
-    with FakeKubeAPI() as server:
-        yield server
-
-
-@pytest.fixture
-def client(api: FakeKubeAPI, tmp_path: Path) -> Iterator[lightkube.Client]:
-    c = make_client(api.write_kubeconfig(tmp_path / "kubeconfig"))
-    yield c
-    c.close()
 
 
 @pytest.fixture

@@ -3,33 +3,15 @@ cycle's report, aggregated by the recorder like every other."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import lightkube
-import pytest
 
 from nodegc.agent import record_events
-from nodegc.api.client import make_client
 from nodegc.engine.cycle import CycleReport
 from nodegc.kube.events import EventRecorder
 from nodegc.model.findings import Finding, FindingClass, Owner
 from nodegc.model.pods import OwnerState
 from nodegc.model.resources import Kind
 from tests.api.fakeapi import FakeKubeAPI
-
-
-@pytest.fixture
-def api() -> Iterator[FakeKubeAPI]:
-    with FakeKubeAPI() as server:
-        yield server
-
-
-@pytest.fixture
-def client(api: FakeKubeAPI, tmp_path: Path) -> Iterator[lightkube.Client]:
-    c = make_client(api.write_kubeconfig(tmp_path / "kubeconfig"))
-    yield c
-    c.close()
 
 
 def test_orphan_shims_are_node_events(api: FakeKubeAPI, client: lightkube.Client) -> None:

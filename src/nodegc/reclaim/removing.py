@@ -222,17 +222,26 @@ def remove_dir_at(parent_fd: int, name: str, *, inode: int, path: str, proc_root
                          max_entries=MAX_ENTRIES, max_depth=MAX_DEPTH)
 
 
-def _remove_below(pods_fd: int, pod_dir: PodDir, *, path: str, proc_root: Path, deadline: float,
-                  max_entries: int, max_depth: int) -> Outcome:
-    name = os.fsencode(pod_dir.uid)
+def open_dir_below(parent_fd: int, name: str | bytes, *, path: str) -> int | Outcome:
+    """Open the directory `name` inside `parent_fd` with O_NOFOLLOW: its descriptor, or why not (a symlink or a
+    non-directory is never followed: changed; a missing one: gone). `path` only names it in the outcome. Each
+    step of a descent calls this once per component, so no symlink on the way is followed either."""
     try:
-        fd = os.open(name, _DIR_FLAGS, dir_fd=pods_fd)
+        return os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
     except FileNotFoundError:
         return Outcome.gone(f"{path} does not exist")
     except OSError as e:
         if e.errno in (errno.ELOOP, errno.ENOTDIR):
-            return Outcome.changed(f"{path} is no longer a directory")
+            return Outcome.changed(f"{path} is a symlink or not a directory; not followed")
         return Outcome.failed(f"cannot open {path}: {e.strerror}")
+
+
+def _remove_below(pods_fd: int, pod_dir: PodDir, *, path: str, proc_root: Path, deadline: float,
+                  max_entries: int, max_depth: int) -> Outcome:
+    name = os.fsencode(pod_dir.uid)
+    fd = open_dir_below(pods_fd, name, path=path)
+    if isinstance(fd, Outcome):
+        return fd
     try:
         st = os.fstat(fd)
         if st.st_ino != pod_dir.inode:

@@ -18,7 +18,6 @@ by another process is never signalled.
 
 from __future__ import annotations
 
-import errno
 import os
 import select
 import signal
@@ -39,7 +38,7 @@ from nodegc.inventory.cri.leftovers import (
 from nodegc.model.resources import VolumeDir
 from nodegc.model.runtime import RuntimeLeftover
 from nodegc.reclaim.outcomes import Outcome
-from nodegc.reclaim.removing import remove_dir_at
+from nodegc.reclaim.removing import open_dir_below, remove_dir_at
 from nodegc.reclaim.unmounting import unmount_volume
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -97,15 +96,10 @@ def remove_runtime_dir(left: RuntimeLeftover, *, state_dir: Path | None, endpoin
     except OSError as e:
         return Outcome.failed(f"cannot open {base}: {e.strerror}")
     try:
-        for name in parts[:-1]:
-            try:
-                next_fd = os.open(name, _DIR_FLAGS, dir_fd=fd)
-            except FileNotFoundError:
-                return Outcome.gone(f"{left.path}: {name} does not exist")
-            except OSError as e:
-                if e.errno in (errno.ELOOP, errno.ENOTDIR):
-                    return Outcome.changed(f"{left.path}: {name} is a symlink or not a directory; not followed")
-                return Outcome.failed(f"cannot open {name} under {base}: {e.strerror}")
+        for i, name in enumerate(parts[:-1]):
+            next_fd = open_dir_below(fd, name, path=os.path.join(base, *parts[:i + 1]))
+            if isinstance(next_fd, Outcome):
+                return next_fd
             os.close(fd)
             fd = next_fd
         return _unmount_then_remove(fd, left, unmount_timeout=unmount_timeout, proc_root=proc_root, timeout=timeout)

@@ -22,25 +22,30 @@ def _residue(findings: tuple[Finding, ...], cid: str) -> list[tuple[str, str, st
             and cid in (f.owner.container_id, f.sandbox)]
 
 
-def test_second_range_address_of_a_live_pod_unknown_to_runtime_is_not_taken() -> None:
-    """Pod p runs with status IP 10.0.0.5 from sandbox c1 (id-only host-local files in two ranges, no
-    cache entry; masquerade chain of c1). The runtime lists other sandboxes of the network but not c1
-    (it lost c1's metadata, or lists partially). The design keeps "a live pod's address" and "siblings
-    stand or fall together": 10.0.0.5 stays, so must 10.1.0.5 and the chain. Today 10.1.0.5 becomes
-    leaked_ip (host-local hands it to the next pod: a duplicate address) and the chain leaked_chain."""
+def _live_c1_unknown_to_runtime(first: str, second: str) -> tuple[IptablesChain, tuple[Finding, ...]]:
+    """Pod p (u1) runs with status IP 10.0.0.5 from sandbox c1: id-only host-local files `first` and
+    `second` (in this order), no cache entry, c1's masquerade chain. The runtime lists q's sandbox c2, not c1."""
     chain = IptablesChain(table="nat", name=cni_chain_name(NET, "c1"), network=NET, container_id="c1",
                           rules=("-A X -d 10.0.0.0/24 -j ACCEPT",),
                           jumps=('-A POSTROUTING -s 10.0.0.5/32 -m comment --comment "name: \\"k8s-pod-network\\"'
                                  ' id: \\"c1\\"" -j X',))
     inv = Inventory(
         taken_at=NOW,
-        ip_reservations=(reservation("10.1.0.5", "c1"), reservation("10.0.0.5", "c1"),
-                         reservation("10.0.0.7", "c2")),
+        ip_reservations=(reservation(first, "c1"), reservation(second, "c1"), reservation("10.0.0.7", "c2")),
         cni_cache=(cache("c2", uid="u2", ip="10.0.0.7"),),
         chains=(chain,),
         runtime=view(sandbox("c2", "u2", ips=("10.0.0.7",), name="q")),
     )
-    findings = correlate(inv, desired(pod("p", "u1", ip="10.0.0.5"), pod("q", "u2", ip="10.0.0.7")), now=NOW)
+    return chain, correlate(inv, desired(pod("p", "u1", ip="10.0.0.5"), pod("q", "u2", ip="10.0.0.7")), now=NOW)
+
+
+def test_second_range_address_of_a_live_pod_unknown_to_runtime_is_not_taken() -> None:
+    """Pod p runs with status IP 10.0.0.5 from sandbox c1 (id-only host-local files in two ranges, no
+    cache entry; masquerade chain of c1). The runtime lists other sandboxes of the network but not c1
+    (it lost c1's metadata, or lists partially). The design keeps "a live pod's address" and "siblings
+    stand or fall together": 10.0.0.5 stays, so must 10.1.0.5 and the chain. Today 10.1.0.5 becomes
+    leaked_ip (host-local hands it to the next pod: a duplicate address) and the chain leaked_chain."""
+    _, findings = _live_c1_unknown_to_runtime("10.1.0.5", "10.0.0.5")
     f = _by_key(findings)
     assert f[(Kind.IP_RESERVATION, f"{NET}/10.0.0.5")].cls is FindingClass.IN_USE
     assert _residue(findings, "c1") == [], _residue(findings, "c1")
@@ -108,19 +113,7 @@ def test_masquerade_chain_of_a_live_sandbox_takes_the_ip_of_its_last_file_only()
     """runtime.py gives a chain the IPs of one file of its container (the last one in a dict built from all
     of them), not all of them: with the second-range reservation listed last, the live pod's masquerade
     chain is judged by 10.1.0.5 alone and becomes leaked_chain (its removal cuts the pod's egress NAT)."""
-    chain = IptablesChain(table="nat", name=cni_chain_name(NET, "c1"), network=NET, container_id="c1",
-                          rules=("-A X -d 10.0.0.0/24 -j ACCEPT",),
-                          jumps=('-A POSTROUTING -s 10.0.0.5/32 -m comment --comment "name: \\"k8s-pod-network\\"'
-                                 ' id: \\"c1\\"" -j X',))
-    inv = Inventory(
-        taken_at=NOW,
-        ip_reservations=(reservation("10.0.0.5", "c1"), reservation("10.1.0.5", "c1"),
-                         reservation("10.0.0.7", "c2")),
-        cni_cache=(cache("c2", uid="u2", ip="10.0.0.7"),),
-        chains=(chain,),
-        runtime=view(sandbox("c2", "u2", ips=("10.0.0.7",), name="q")),
-    )
-    findings = correlate(inv, desired(pod("p", "u1", ip="10.0.0.5"), pod("q", "u2", ip="10.0.0.7")), now=NOW)
+    chain, findings = _live_c1_unknown_to_runtime("10.0.0.5", "10.1.0.5")
     f = _by_key(findings)
     assert not f[(Kind.IPTABLES_CHAIN, chain.name)].cls.is_residue, f[(Kind.IPTABLES_CHAIN, chain.name)]
 

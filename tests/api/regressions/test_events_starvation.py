@@ -5,7 +5,7 @@ import lightkube
 
 from nodegc.kube.events import EventType, ObjectRef
 from tests.api.fakeapi import FakeKubeAPI
-from tests.api.test_events import Clocks, api, client, clocks, recorder  # noqa: F401
+from tests.api.test_events import Clocks, clocks, recorder  # noqa: F401
 
 
 def test_recurring_keys_beyond_the_cap_are_not_starved(
