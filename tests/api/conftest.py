@@ -1,4 +1,4 @@
-"""Fixtures shared by the API tests: the HTTP-level test API server and a lightkube client of it."""
+"""Fixtures shared by the API tests: a lightkube client of the test API server (`api`, in tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -10,12 +10,6 @@ import pytest
 
 from nodegc.api.client import make_client
 from tests.api.fakeapi import FakeKubeAPI
-
-
-@pytest.fixture
-def api() -> Iterator[FakeKubeAPI]:
-    with FakeKubeAPI() as server:
-        yield server
 
 
 @pytest.fixture
