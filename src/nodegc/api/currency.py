@@ -7,6 +7,8 @@ with a live GET right before the list, it carries a resourceVersion and the time
   cannot be), and no object in it may be newer than the list itself;
 - the Lease must have been renewed within `max_age_seconds` (40 s, the kubelet's default lease duration)
   by this node's clock: an old renewal is an old answer, or a kubelet that is not running;
+- the Lease must be held by this node (holderIdentity, which its kubelet sets to the node name): another
+  holder's renewals are not this kubelet's;
 - a renewal dated more than `MAX_LEASE_AHEAD_SECONDS` after this clock is a broken clock (the node's clock
   stepped back, or the Lease is not this kubelet's): it proves no age, and is refused;
 - the list is then current as of the Lease's renewal, never later than the list itself.
@@ -64,6 +66,10 @@ def node_lease_witness(client: lightkube.Client, node: str, *, now: datetime,
     renewed = lease.spec.renewTime if lease.spec is not None else None
     if rv is None or not isinstance(renewed, datetime):
         raise NotCurrent(f"{cannot}: {what} has no numeric resourceVersion or no renewTime")
+    holder = lease.spec.holderIdentity if lease.spec is not None else None
+    if holder is not None and holder != node:
+        raise NotCurrent(f"{cannot}: {what} is held by {holder!r}, not by node {node}'s kubelet: its renewals"
+                         " say nothing about this node")
     if renewed.tzinfo is None:
         renewed = renewed.replace(tzinfo=UTC)
     age = (now - renewed).total_seconds()

@@ -8,7 +8,8 @@ from typing import Protocol
 from nodegc.model.pods import DesiredState, Pod
 
 FUTURE_TOLERANCE_SECONDS = 5.0
-"""A desired state dated more than this after the clock is from the future (the engine's tolerance)."""
+"""A desired state dated more than this after the clock is from the future (clock skew between threads and
+files): the engine, `staleness` and the snapshot re-read all refuse it by this one value."""
 
 
 class SourceError(Exception):

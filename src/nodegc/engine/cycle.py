@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from nodegc import defaults
-from nodegc.desired.source import DesiredSource, SourceError
+from nodegc.desired.source import FUTURE_TOLERANCE_SECONDS, DesiredSource, SourceError
 from nodegc.engine.detecting import detect
 from nodegc.engine.limits import TokenBucket
 from nodegc.engine.orphans import RunningOrphans, stop_running_orphan
@@ -254,7 +254,7 @@ class Engine:
         if age > self.settings.max_desired_age_seconds:
             self._block(report, "stale_source", f"desired state is {age:.0f}s old")
             return None
-        if age < -_CLOCK_TOLERANCE:
+        if age < -FUTURE_TOLERANCE_SECONDS:
             # From the future: the wall clock stepped back, so its age says nothing. Wait for fresh data.
             self._block(report, "stale_source", f"desired state is dated {-age:.0f}s in the future")
             return None
@@ -556,9 +556,6 @@ _REFUSALS = frozenset({"source_unavailable", "stale_source", "blast_radius"})
 
 RUNTIME_ATTEMPTS_BEFORE_DIRECT = 3
 """Failed StopPodSandbox/RemovePodSandbox attempts of one sandbox before its parts are reclaimed directly."""
-
-_CLOCK_TOLERANCE = 5.0
-"""Seconds a desired state may seem to come from the future (clock skew between threads and files)."""
 
 # CNI DEL first (Debian's bridge plugin fails DEL when its chain is already gone), then what DEL left:
 # rules, the veth, the netns, and the IP last, once nothing can still carry it.

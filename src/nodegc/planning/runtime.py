@@ -194,7 +194,9 @@ class _Runtime:
         for c in view.containers:
             if c.state in ("running", "created"):
                 self.live_containers[c.sandbox_id] += 1
-        self.by_netns = {k: sb for sb in view.sandboxes if (k := netns_key(sb.netns_path))}
+        # Two sandboxes may name one path (a dead sandbox's, reused by its pod's new one): a READY one wins.
+        self.by_netns = {k: sb for sb in sorted(view.sandboxes, key=lambda s: s.ready)
+                         if (k := netns_key(sb.netns_path))}
         """Sandboxes by the key of the netns path the runtime reports (where the runtime says it is)."""
         self.ready_ips = {ip for sb in view.sandboxes if sb.ready for ip in (normalize_ip(i) for i in sb.ips) if ip}
         photo = min(ctx.now, ctx.desired.fetched_at.timestamp())

@@ -4,11 +4,8 @@ the UID. Without a uid in the targetRef, or when the pods may be older than the 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from nodegc.model.endpoints import ENDPOINTSLICE_CONTROLLER
 from tests.api.fakeapi import FakeKubeAPI
@@ -16,17 +13,6 @@ from tests.api.regressions.test_endpoint_false_removal import run_pass
 from tests.api.test_controller import endpoint, endpointslice, pod, service, slice_addresses
 
 OPERATOR = "my-operator.example.com"
-
-
-@pytest.fixture
-def api() -> Iterator[FakeKubeAPI]:
-    with FakeKubeAPI() as server:
-        yield server
-
-
-@pytest.fixture
-def kubeconfig(api: FakeKubeAPI, tmp_path: Path) -> Path:
-    return api.write_kubeconfig(tmp_path / "kubeconfig")
 
 
 def _without_uid(ep: dict[str, Any]) -> dict[str, Any]:

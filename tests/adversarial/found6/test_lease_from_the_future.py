@@ -6,7 +6,6 @@ photograph that misses a pod created since passes the proof and is taken as curr
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -17,17 +16,6 @@ from nodegc.desired.kube import KubeSource
 from nodegc.desired.source import SourceError
 from tests.api.adversarial.test_desired_state_api import NODE, older_photo
 from tests.api.fakeapi import FakeKubeAPI
-
-
-@pytest.fixture
-def api() -> Iterator[FakeKubeAPI]:
-    with FakeKubeAPI() as server:
-        yield server
-
-
-@pytest.fixture
-def kubeconfig(api: FakeKubeAPI, tmp_path: Path) -> Path:
-    return api.write_kubeconfig(tmp_path / "kubeconfig")
 
 
 def test_a_lease_renewed_in_the_future_proves_nothing(api: FakeKubeAPI, kubeconfig: Path) -> None:

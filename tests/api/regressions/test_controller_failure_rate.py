@@ -3,19 +3,10 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from tests.api.fakeapi import FakeKubeAPI
 from tests.api.test_controller import Replica, endpoint, endpointslice, pod, service
-
-
-@pytest.fixture
-def api() -> Iterator[FakeKubeAPI]:
-    with FakeKubeAPI() as server:
-        yield server
 
 
 def test_failed_passes_wait_the_interval(api: FakeKubeAPI, tmp_path: Path) -> None:

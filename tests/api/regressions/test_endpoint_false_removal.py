@@ -3,27 +3,13 @@ managers and hostNetwork pods (a recreated pod with the same address is another 
 tests/adversarial/found4/test_endpoint_reused_name.py)."""
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from tests.api.fakeapi import FakeKubeAPI
 from tests.api.test_controller import Replica, endpoint, endpointslice, pod, service, slice_addresses
 
 MULTUS = "multus-endpointslice-controller.npwg.k8s.io"
-
-
-@pytest.fixture
-def api() -> Iterator[FakeKubeAPI]:
-    with FakeKubeAPI() as server:
-        yield server
-
-
-@pytest.fixture
-def kubeconfig(api: FakeKubeAPI, tmp_path: Path) -> Path:
-    return api.write_kubeconfig(tmp_path / "kubeconfig")
 
 
 def run_pass(kubeconfig: Path) -> Any:

@@ -3,10 +3,7 @@ naming the old UID is alive (a StatefulSet pod recreated with a new UID and a ne
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from nodegc.model.endpoints import ENDPOINTSLICE_CONTROLLER
 from tests.api.fakeapi import FakeKubeAPI
@@ -14,17 +11,6 @@ from tests.api.regressions.test_endpoint_false_removal import run_pass
 from tests.api.test_controller import endpoint, endpointslice, pod, service, slice_addresses
 
 OPERATOR = "my-operator.example.com"
-
-
-@pytest.fixture
-def api() -> Iterator[FakeKubeAPI]:
-    with FakeKubeAPI() as server:
-        yield server
-
-
-@pytest.fixture
-def kubeconfig(api: FakeKubeAPI, tmp_path: Path) -> Path:
-    return api.write_kubeconfig(tmp_path / "kubeconfig")
 
 
 def test_endpoint_of_a_replaced_pod_is_removed_from_another_managers_slice(
