@@ -7,17 +7,11 @@ import json
 import subprocess
 from pathlib import Path
 
-from nodegc.desired.snapshot import SnapshotSource
-from nodegc.engine.cycle import Engine, EngineSettings, NullMetrics
 from nodegc.inventory.cri.reading import sandbox_from_status
-from nodegc.ledger.store import Ledger
 from nodegc.model.resources import Kind
-from nodegc.planning.correlate import CorrelationPolicy
-from nodegc.planning.phases import PhasePolicy
-from nodegc.reclaim.dispatch import HostExecutor
 from nodegc.sandbox.containerd import SandboxContainerd, SandboxSpec, new_spec, pod_record, sandbox_ips, write_pods
 from nodegc.sandbox.node import NETWORK_NAME, SandboxNode
-from nodegc.settings import ScanOptions
+from tests.host.adversarial.found.cycle import one_cycle
 
 Runtime = tuple[SandboxNode, SandboxContainerd]
 
@@ -54,14 +48,7 @@ def test_old_sandbox_entry_naming_the_live_netns_is_not_deld_there(containerd_no
     old_entry.write_text(json.dumps(doc))
     assert new_ip in _addresses(live_netns)
     snap = write_pods(tmp_path / "pods.json", [pod_record(node, web, new_ip)])
-    settings = EngineSettings(phases=PhasePolicy(consecutive_scans=1, grace_seconds=0),
-                              correlation=CorrelationPolicy(min_age_seconds=0),
-                              scan=ScanOptions(min_age_seconds=0, runtime_endpoint=rt.endpoint, runtime_timeout=3.0))
-    with Ledger(":memory:") as ledger:
-        engine = Engine(roots=node.roots, source=SnapshotSource(snap, node.node_name), ledger=ledger,
-                        executor=HostExecutor(node.roots, runtime_endpoint=rt.endpoint), settings=settings,
-                        metrics=NullMetrics())
-        report = engine.cycle()
+    report = one_cycle(node, rt, snap)
     dels = [(i.key, o.detail) for i, o in report.outcomes if i.kind is Kind.CNI_CACHE]
     after = _addresses(live_netns)
     subprocess.run(["umount", live_netns], check=False, timeout=10)

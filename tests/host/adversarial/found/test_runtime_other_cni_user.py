@@ -9,16 +9,10 @@ import secrets
 import subprocess
 from pathlib import Path
 
-from nodegc.desired.snapshot import SnapshotSource
-from nodegc.engine.cycle import Engine, EngineSettings, NullMetrics
-from nodegc.ledger.store import Ledger
-from nodegc.planning.correlate import CorrelationPolicy
-from nodegc.planning.phases import PhasePolicy
-from nodegc.reclaim.dispatch import HostExecutor
 from nodegc.sandbox.cni import run_conflist, write_cache_entry
 from nodegc.sandbox.containerd import SandboxContainerd, new_spec, pod_record, sandbox_ips, write_pods
 from nodegc.sandbox.node import CNI_BIN_DIR, SandboxNode, _new_netns, _remove_netns
-from nodegc.settings import ScanOptions
+from tests.host.adversarial.found.cycle import one_cycle
 
 Runtime = tuple[SandboxNode, SandboxContainerd]
 
@@ -41,14 +35,7 @@ def test_another_cni_users_running_container_is_not_reclaimed(containerd_node: R
                           netns=str(netns), conflist_bytes=json.dumps(conflist).encode(), cni_args=[],
                           capability_args={}, result=result)
         snap = write_pods(tmp_path / "pods.json", [pod_record(node, q, sandbox_ips(rt, qid)[0])])
-        settings = EngineSettings(
-            phases=PhasePolicy(consecutive_scans=1, grace_seconds=0), correlation=CorrelationPolicy(min_age_seconds=0),
-            scan=ScanOptions(min_age_seconds=0, runtime_endpoint=rt.endpoint, runtime_timeout=3.0))
-        with Ledger(":memory:") as ledger:
-            engine = Engine(roots=node.roots, source=SnapshotSource(snap, node.node_name), ledger=ledger,
-                            executor=HostExecutor(node.roots, runtime_endpoint=rt.endpoint), settings=settings,
-                            metrics=NullMetrics())
-            report = engine.cycle()
+        report = one_cycle(node, rt, snap)
         acted = [(i.key.split(":", 1)[0], o.detail) for i, o in report.outcomes if cid in (i.container_id or "")
                  or "other-x1" in i.key]
         eth0 = subprocess.run(["nsenter", f"--net={netns}", "ip", "-o", "addr", "show", "dev", "eth0"],

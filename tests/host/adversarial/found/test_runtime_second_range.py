@@ -7,16 +7,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from nodegc.desired.snapshot import SnapshotSource
-from nodegc.engine.cycle import Engine, EngineSettings, NullMetrics
-from nodegc.ledger.store import Ledger
 from nodegc.model.resources import Kind
-from nodegc.planning.correlate import CorrelationPolicy
-from nodegc.planning.phases import PhasePolicy
-from nodegc.reclaim.dispatch import HostExecutor
 from nodegc.sandbox.containerd import SandboxContainerd, new_spec, pod_record, sandbox_ips, write_pods
 from nodegc.sandbox.node import NETWORK_NAME, SandboxNode
-from nodegc.settings import ScanOptions
+from tests.host.adversarial.found.cycle import one_cycle
 
 Runtime = tuple[SandboxNode, SandboxContainerd]
 
@@ -45,14 +39,7 @@ def test_second_range_address_of_a_running_pod_the_runtime_forgot(containerd_nod
     assert len(rt.shim_pids()) >= 2  # web's shim (and its pause process) still runs beside q's
     records = [pod_record(node, web, first), pod_record(node, q, sandbox_ips(rt, qid)[0])]
     snap = write_pods(tmp_path / "pods.json", records)
-    settings = EngineSettings(phases=PhasePolicy(consecutive_scans=1, grace_seconds=0),
-                              correlation=CorrelationPolicy(min_age_seconds=0),
-                              scan=ScanOptions(min_age_seconds=0, runtime_endpoint=rt.endpoint, runtime_timeout=3.0))
-    with Ledger(":memory:") as ledger:
-        engine = Engine(roots=node.roots, source=SnapshotSource(snap, node.node_name), ledger=ledger,
-                        executor=HostExecutor(node.roots, runtime_endpoint=rt.endpoint), settings=settings,
-                        metrics=NullMetrics())
-        report = engine.cycle()
+    report = one_cycle(node, rt, snap)
     done = [(i.key, o.detail) for i, o in report.outcomes if i.kind is Kind.IP_RESERVATION]
     assert (node.ipam_dir / NETWORK_NAME / first).exists()
     assert (node.ipam_dir / NETWORK_NAME / second).exists(), done
