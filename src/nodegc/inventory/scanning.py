@@ -15,7 +15,7 @@ from nodegc.hostio.iptables_backend import commands as iptables_commands
 from nodegc.hostio.mountinfo import forget_parses, read_mounts
 from nodegc.inventory.cni_cache import forget_parsed_entries, scan_cni_cache
 from nodegc.inventory.cni_conf import scan_ranges
-from nodegc.inventory.cni_ipam import scan_ip_reservations
+from nodegc.inventory.cni_ipam import forget_parsed_reservations, scan_ip_reservations
 from nodegc.inventory.cri.runtimes import read_runtime
 from nodegc.inventory.iptables import forget_dumps, scan_iptables_all
 from nodegc.inventory.links import scan_veths
@@ -116,6 +116,7 @@ def forget_remembered() -> None:
     forget_parses()
     forget_dumps()
     forget_parsed_entries()
+    forget_parsed_reservations()
     forget_watchers()
 
 
