@@ -125,7 +125,7 @@ def test_reservations_remembered_scan_after_scan_equal_a_fresh_read(tmp_path: Pa
 
     monkeypatch.setattr(files, "SETTLED_NS", 0)
     cni_ipam.forget_parsed_reservations()
-    rng = random.Random(12)
+    rng = random.Random(12)  # noqa: S311 - test data, not secrets
     net = tmp_path / "networks" / "net"
     net.mkdir(parents=True)
     for i in range(20):
