@@ -8,7 +8,6 @@ within grace plus a few seconds, without waiting for the interval.
 
 from __future__ import annotations
 
-import dataclasses
 import gc
 import heapq
 import json
@@ -38,9 +37,9 @@ from nodegc.planning.conditions import node_conditions
 from nodegc.planning.ipranges import RangeTracker
 from nodegc.wiring import (
     AgentSettings,
+    agent_engine_settings,
     iptables_backend,
     make_api_client,
-    make_engine_settings,
     make_event_recorder,
     make_executor,
     make_node_conditions,
@@ -230,10 +229,7 @@ def cmd_agent(settings: AgentSettings) -> int:
         return denied
     roots = settings.roots
     phases = settings.phases
-    engine_settings = make_engine_settings(settings.safety, phases)
-    # Scan after scan of one tree: unchanged pod directories are not walked again (inotify proves it).
-    engine_settings = dataclasses.replace(
-        engine_settings, scan=dataclasses.replace(engine_settings.scan, watch_pod_dirs=True))
+    engine_settings = agent_engine_settings(settings.safety, phases)
     executor = make_executor(roots, dry_run=settings.dry_run, timeout=settings.safety.command_timeout,
                              runtime_endpoint=settings.safety.runtime_endpoint,
                              runtime_timeout=settings.safety.runtime_timeout,

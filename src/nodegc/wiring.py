@@ -23,7 +23,7 @@ import socket
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -358,6 +358,13 @@ def make_engine_settings(safety: SafetySettings, phases: PhasePolicy) -> EngineS
         running_orphan_grace_seconds=safety.running_orphan_grace_seconds,
         stop_running_orphans=safety.stop_running_orphans,
     )
+
+
+def agent_engine_settings(safety: SafetySettings, phases: PhasePolicy) -> EngineSettings:
+    """The agent's: scan after scan of one tree, unchanged pod directories are not walked again (inotify
+    proves it). bench/scan.py measures the scan with these very settings."""
+    settings = make_engine_settings(safety, phases)
+    return replace(settings, scan=replace(settings.scan, watch_pod_dirs=True))
 
 
 ONE_SHOT_PHASES = PhasePolicy(consecutive_scans=1, grace_seconds=0)

@@ -13,6 +13,7 @@ photograph; without a proof it refuses (`view_not_current`).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ from nodegc.engine.detecting import detect
 from nodegc.engine.limits import TokenBucket
 from nodegc.engine.orphans import RunningOrphans, stop_running_orphan
 from nodegc.faults import fault_point
+from nodegc.hostio.clock import BootTime, read_boot_time
 from nodegc.inventory.cri.client import CRIError
 from nodegc.inventory.cri.runtimes import runtime_reader
 from nodegc.inventory.scanning import scan_node
@@ -152,6 +154,7 @@ class Engine:
         metrics: MetricsSink | None = None,
         clock: Callable[[], float] = time.time,
         scanner: Callable[[Roots, ScanOptions], Inventory] = scan_node,
+        boot_clock: Callable[[], BootTime | None] | None = None,
     ) -> None:
         self.roots = roots
         self.source = source
@@ -164,8 +167,12 @@ class Engine:
         self.node: str | None = None
         """The node the desired state is about, learned from the first fetch."""
         self.ip_ranges = RangeTracker()
-        self.orphans = RunningOrphans(grace_seconds=self.settings.running_orphan_grace_seconds, store=ledger,
-                                      on_store_error=self.metrics.ledger_error)
+        self.orphans = RunningOrphans(
+            grace_seconds=self.settings.running_orphan_grace_seconds, store=ledger,
+            on_store_error=self.metrics.ledger_error,
+            boot_clock=boot_clock or functools.partial(read_boot_time, roots.proc_root))
+        """`boot_clock` (default: the node's boot id under the proc root, and CLOCK_BOOTTIME) measures the
+        running orphans' grace where `clock` could step."""
         self._gave_up: frozenset[str] = frozenset()
         """Sandboxes whose removal through the runtime failed repeatedly, as of the last scan."""
         self.bucket = TokenBucket(per_minute=self.settings.reclaims_per_minute, burst=self.settings.reclaim_burst,
