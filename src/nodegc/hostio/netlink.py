@@ -65,6 +65,8 @@ _IFINFOMSG = struct.Struct("=BxHiII")
 _NLA_HDR = struct.Struct("=HH")
 _IFADDRMSG = struct.Struct("=BBBBI")
 _U32 = struct.Struct("=I")
+_U64 = struct.Struct("=Q")
+_SO_NETNS_COOKIE = 71
 _I32 = struct.Struct("=i")
 _RECV_BUF = 1 << 16
 """The kernel fills a dump datagram up to 32 KiB; anything longer than the buffer is reported, not cut."""
@@ -137,6 +139,15 @@ class RtnlSocket:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def netns_cookie(self) -> int | None:
+        """The cookie of the namespace the socket lives in (SO_NETNS_COOKIE, Linux 5.14): an id no other
+        namespace is given while the machine runs, unlike an inode; None where the kernel has none."""
+        try:
+            raw = self._sock.getsockopt(socket.SOL_SOCKET, _SO_NETNS_COOKIE, _U64.size)
+        except OSError:
+            return None
+        return int(_U64.unpack(raw)[0]) if len(raw) == _U64.size else None
 
     def dump_links(self) -> tuple[list[RawLink], list[str]]:
         """Every link, and why each unreadable link message could not be read.
