@@ -25,8 +25,8 @@ RANGE_LABELS = ("network", "range")
 WATCH_EVENT_TYPES = ("added", "modified", "deleted", "bookmark", "error")
 RELIST_REASONS = ("gone", "stalled", "error")
 RECLAIM_RESULTS = ("ok", "gone", "changed", "failed", "dry_run")
-BLOCK_REASONS = ("source_unavailable", "stale_source", "blast_radius", "runtime_unavailable", "rate_limit",
-                 "reverification")
+BLOCK_REASONS = ("source_unavailable", "stale_source", "view_not_current", "blast_radius", "runtime_unavailable",
+                 "rate_limit", "reverification")
 """Every reason (and every kind and result of a reclaim) is exported from the start at 0, so rate() and
 increase() see the first block or failure."""
 
