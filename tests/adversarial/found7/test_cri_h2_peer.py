@@ -6,8 +6,10 @@ a huge one) can hold a call past its deadline."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import h2.config
@@ -61,20 +63,16 @@ def _server(sock: socket.socket) -> h2.connection.H2Connection:
     return conn
 
 
-def _flood(frame_bytes: bytes) -> object:
+def _flood(frame_bytes: bytes) -> Callable[[socket.socket], None]:
     def raw(sock: socket.socket) -> None:
         _server(sock)
         sock.settimeout(0.05)
         end = time.monotonic() + 10
         while time.monotonic() < end:
-            try:
+            with contextlib.suppress(TimeoutError):
                 sock.sendall(frame_bytes * 64)
-            except TimeoutError:
-                pass
-            try:
+            with contextlib.suppress(TimeoutError):
                 sock.recv(65536)
-            except TimeoutError:
-                pass
     return raw
 
 
@@ -96,7 +94,7 @@ def test_an_http_error_status_with_ok_trailers_is_not_a_list(sock_path: Path) ->
 def test_a_padded_reply_is_whole_and_a_padded_short_one_is_not(sock_path: Path) -> None:
     body = _list(50)
 
-    def padded(short: bool) -> object:
+    def padded(short: bool) -> Callable[[socket.socket], None]:
         def raw(sock: socket.socket) -> None:
             conn = _server(sock)
             conn.send_headers(1, [(":status", "200"), ("content-type", "application/grpc")])
@@ -148,10 +146,8 @@ def test_a_list_split_over_many_frames_and_interleaved_with_pings_is_whole(sock_
         for i in range(0, len(body), 333):
             sock.sendall(DataFrame(1, body[i:i + 333]).serialize() + PingFrame(0, b"12345678").serialize())
             sock.settimeout(0.01)
-            try:
+            with contextlib.suppress(TimeoutError):
                 sock.recv(65536)
-            except TimeoutError:
-                pass
         conn.send_headers(1, [("grpc-status", "0")], end_stream=True)
         sock.sendall(conn.data_to_send())
         time.sleep(2)

@@ -266,7 +266,8 @@ class RuntimeClient:
 
     def _connected(self, deadline: float) -> tuple[socket.socket, h2.connection.H2Connection]:
         if self._sock is not None and self._conn is not None:
-            if self._bound is not None and self._bound == self._socket_file() and not self._stale(self._sock, self._conn, deadline):
+            same_file = self._bound is not None and self._bound == self._socket_file()
+            if same_file and not self._stale(self._sock, self._conn, deadline):
                 return self._sock, self._conn
             self._drop()
         # Taken before the connect: a path replaced in between is seen as replaced at the next call.
