@@ -633,20 +633,27 @@ def _parse_link(buf: bytearray, start: int, end: int) -> RawLink:
             found[atype] = (off + 4, off + length)
         off += (length + 3) & ~3
     kind = None
-    if IFLA_LINKINFO in found:
-        for sub, c, d in _attrs(buf, *found[IFLA_LINKINFO]):
+    span = found.get(IFLA_LINKINFO)
+    if span is not None:
+        for sub, c, d in _attrs(buf, *span):
             if sub == IFLA_INFO_KIND:
                 kind = _zstring(buf, c, d)
                 break
+    name = found.get(IFLA_IFNAME)
+    mac = found.get(IFLA_ADDRESS)
+    master = found.get(IFLA_MASTER)
+    link = found.get(IFLA_LINK)
+    netnsid = found.get(IFLA_LINK_NETNSID)
+    group = found.get(IFLA_GROUP)
     return RawLink(
-        index=index,
-        name=_zstring(buf, *found[IFLA_IFNAME]) if IFLA_IFNAME in found else None,
-        mac=_mac(buf, *found[IFLA_ADDRESS]) if IFLA_ADDRESS in found else None,
-        master=_u32(buf, *found[IFLA_MASTER]) if IFLA_MASTER in found else None,
-        link=_u32(buf, *found[IFLA_LINK]) if IFLA_LINK in found else None,
-        link_netnsid=_i32(buf, *found[IFLA_LINK_NETNSID]) if IFLA_LINK_NETNSID in found else None,
-        group=_u32(buf, *found[IFLA_GROUP]) if IFLA_GROUP in found else None,
-        kind=kind,
+        index,
+        _zstring(buf, *name) if name is not None else None,
+        _mac(buf, *mac) if mac is not None else None,
+        _u32(buf, *master) if master is not None else None,
+        _u32(buf, *link) if link is not None else None,
+        _i32(buf, *netnsid) if netnsid is not None else None,
+        kind,
+        _u32(buf, *group) if group is not None else None,
     )
 
 
@@ -684,12 +691,12 @@ def _i32(buf: bytearray, a: int, b: int) -> int | None:
 
 
 def _mac(buf: bytearray, a: int, b: int) -> str | None:
-    return ":".join(f"{octet:02x}" for octet in buf[a : a + 6]) if b - a >= 6 else None
+    return buf[a : a + 6].hex(":") if b - a >= 6 else None
 
 
 def _zstring(buf: bytearray, a: int, b: int) -> str | None:
     try:
-        return bytes(buf[a:b]).strip(b"\0").decode("utf-8")
+        return buf[a:b].strip(b"\0").decode("utf-8")
     except UnicodeDecodeError:
         return None
 
