@@ -15,7 +15,7 @@ Setups (`--setups`, comma-separated):
 - `api`: the pods from the HTTP-level test API server (tests/api/fakeapi.py) through the agent's watch, as a
   DaemonSet reads them: the API client (lightkube, httpx2) is loaded;
 - `api+runtime`, `snapshot+runtime`: the same with a real containerd on the node (nodegc.sandbox.containerd),
-  so the CRI client (grpc, protobuf) is loaded and a cycle asks Version, ListPodSandbox and ListContainers
+  so the CRI client (h2, protobuf) is loaded and a cycle asks Version, ListPodSandbox and ListContainers
   and walks /proc for shims. It holds no sandbox of these pods (they are made by the CNI plugins
   directly), so the runtime's view is incomplete: nothing is concluded from it, which costs no less.
 
@@ -70,7 +70,7 @@ def memory_mib(pid: int) -> dict[str, float]:
 
 
 def loaded_modules(pid: int, names: tuple[str, ...]) -> list[str]:
-    """Which of these shared objects the process has mapped (grpc's cygrpc, the API client's msgspec...)."""
+    """Which of these shared objects the process has mapped (protobuf's _message, the API client's msgspec...)."""
     maps = Path(f"/proc/{pid}/maps").read_text()
     return [n for n in names if n in maps]
 

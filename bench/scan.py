@@ -1,17 +1,23 @@
 """Scan cost on sandbox nodes of 100, 500 and 1,000 pods, half of them leaving residue.
 
-Prints one JSON document. Per size:
+Prints one JSON document. Every scan runs with the agent's scan options
+(`nodegc.wiring.agent_engine_settings`: the defaults plus the inotify-backed pod directory watch), and the
+process's start-up objects are frozen out of the cyclic collector (`gc.freeze`) as the agent does. Per size:
 - `scan_seconds`: the median wall time of a full `scan_node` + `detect` (the correlation, the reads of
   the addresses in the namespaces its residue would act in, and the correlation again), as the agent's
-  cycle runs them scan after scan (an unchanged nf_tables ruleset is not dumped again, unchanged cache files are not
-  parsed again); `cold_scan_seconds` forgets both before each scan, as the first scan of a process;
+  cycle runs them scan after scan (what is provably unchanged is taken again: an unchanged nf_tables
+  ruleset is not dumped again, unchanged files are not parsed again, unchanged pod directories are not
+  walked again); `cold_scan_seconds` forgets all of that before each scan
+  (`nodegc.inventory.scanning.forget_remembered`), as the first scan of a process;
+  `scan_seconds_without_pod_dir_watch` is the steady scan without the watch (as `nodegc scan` would
+  scan again and again);
 - `bare_reads_seconds`: in the same run, the reads a scan cannot avoid (mountinfo, the directory
   listings, one netlink link dump, one iptables-save), and `scan_over_bare`, the ratio of the two;
   `bare_reads_with_files_seconds` adds what a scan must read beyond listing (every reservation and
   cache file, the pod directories two levels down, ip6tables-save);
 - `where_the_time_goes`: each reader, one correlation, detect's namespace reads and its second
-  correlation timed alone, one after the other (in a scan iptables-save runs beside the file readers, so
-  the parts add up to more than the scan);
+  correlation timed alone, one after the other, each as the steady scan calls it (in a scan
+  iptables-save runs beside the file readers, so the parts add up to more than the scan);
 - `netlink_vs_pyroute2`: nodegc's link dump against a pyroute2 dump of the same links.
 Run as root through `make bench` (private mount and network namespaces).
 
@@ -29,6 +35,8 @@ the steady state (Version, ListPodSandbox, ListContainers), against the same sca
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import gc
 import json
 import os
 import platform
@@ -47,22 +55,26 @@ from nodegc.engine.detecting import detect, netns_to_read
 from nodegc.hostio.iptables_backend import commands as iptables_commands
 from nodegc.hostio.mountinfo import read_mounts
 from nodegc.hostio.netlink import RtnlSocket
-from nodegc.inventory import cni_cache as cni_cache_module
 from nodegc.inventory.cni_cache import scan_cni_cache
 from nodegc.inventory.cni_conf import scan_ranges
 from nodegc.inventory.cni_ipam import scan_ip_reservations
 from nodegc.inventory.cri.runtimes import forget_readers, runtime_reader
-from nodegc.inventory.iptables import forget_dumps, scan_iptables
+from nodegc.inventory.iptables import scan_iptables
 from nodegc.inventory.links import scan_veths
 from nodegc.inventory.netns import scan_netns
-from nodegc.inventory.pod_dirs import scan_pod_dirs
-from nodegc.inventory.scanning import scan_node, with_netns_addresses
+from nodegc.inventory.pod_dirs import pod_dir_watcher, scan_pod_dirs
+from nodegc.inventory.scanning import forget_remembered, scan_node, with_netns_addresses
 from nodegc.model.pods import DesiredState
 from nodegc.observe.logs import configure_logging
 from nodegc.planning.correlate import CorrelationPolicy, correlate, correlation
+from nodegc.planning.phases import PhasePolicy
 from nodegc.sandbox.containerd import SandboxContainerd, new_spec
 from nodegc.sandbox.node import SandboxNode, SandboxPod
 from nodegc.settings import ScanOptions
+from nodegc.wiring import SafetySettings, agent_engine_settings
+
+AGENT_SCAN: ScanOptions = agent_engine_settings(SafetySettings(), PhasePolicy()).scan
+"""The options the agent scans with (its flags' defaults, no runtime socket)."""
 
 SCENARIOS = ("delete_without_cni_del", "delete_netns_only", "delete_leaving_mounts", "delete_leaving_dir")
 
@@ -132,19 +144,21 @@ def bare_reads_with_files(node: SandboxNode) -> None:
 
 def readers(node: SandboxNode, desired: object, policy: CorrelationPolicy, repeat: int) -> dict[str, float]:
     roots = node.roots
-    options = ScanOptions()
-    mounts, _ = read_mounts(roots.proc_root)
+    options = AGENT_SCAN
+    mounts, _ = read_mounts(roots.proc_root, reuse=True)
     cache, _ = scan_cni_cache(roots.cni_data_dir)
     netns, _ = scan_netns(roots.netns_dir, mounts)
     saves = iptables_commands(options.iptables_backend, net_ns=roots.net_ns, timeout=30).save
-    inventory = scan_node(roots)
+    inventory = scan_node(roots, options)
     now = datetime.now(UTC)
     first = correlation(inventory, desired, now=now, policy=policy)  # type: ignore[arg-type]
     to_read = netns_to_read(inventory, first.findings)
     read = with_netns_addresses(inventory, to_read)
     parts: dict[str, Callable[[], object]] = {
-        "mountinfo": lambda: read_mounts(roots.proc_root),
-        "pod_dirs": lambda: scan_pod_dirs(roots.kubelet_root, mounts),
+        "mountinfo": lambda: read_mounts(roots.proc_root, reuse=True),
+        "mountinfo_parsed": lambda: read_mounts(roots.proc_root),
+        "pod_dirs": lambda: scan_pod_dirs(roots.kubelet_root, mounts, watcher=pod_dir_watcher(roots.kubelet_root)),
+        "pod_dirs_walked": lambda: scan_pod_dirs(roots.kubelet_root, mounts),
         "ip_reservations": lambda: scan_ip_reservations(roots.cni_data_dir),
         "cni_cache": lambda: scan_cni_cache(roots.cni_data_dir),
         "netns": lambda: scan_netns(roots.netns_dir, mounts),
@@ -198,7 +212,7 @@ def start_runtime(node: SandboxNode, sandboxes: int, ready: int) -> SandboxConta
 def measure_runtime(node: SandboxNode, desired: DesiredState, repeat: int, endpoint: str) -> dict[str, object]:
     """Scans with and without the runtime, interleaved so both see the same machine load."""
     policy = CorrelationPolicy(min_age_seconds=0)
-    without_rt, with_rt = ScanOptions(), ScanOptions(runtime_endpoint=endpoint)
+    without_rt, with_rt = AGENT_SCAN, dataclasses.replace(AGENT_SCAN, runtime_endpoint=endpoint)
 
     def scan(options: ScanOptions) -> None:
         detect(scan_node(node.roots, options), desired, now=datetime.now(UTC), policy=policy)
@@ -245,21 +259,25 @@ def measure(pods: int, repeat: int, runtime_sandboxes: int = 0, runtime_ready: i
         desired = SnapshotSource(node.write_snapshot(node.root / "pods.json"), node.node_name).fetch()
         policy = CorrelationPolicy(min_age_seconds=0)
 
-        def scan() -> None:
-            detect(scan_node(node.roots), desired, now=datetime.now(UTC), policy=policy)
+        def scan(options: ScanOptions = AGENT_SCAN) -> None:
+            detect(scan_node(node.roots, options), desired, now=datetime.now(UTC), policy=policy)
 
         def cold_scan() -> None:
-            forget_dumps()
-            cni_cache_module._PARSED.clear()
+            forget_remembered()
             scan()
 
+        unwatched = dataclasses.replace(AGENT_SCAN, watch_pod_dirs=False)
         scan()  # warm the page cache and imports for both sides alike
         bare_reads(node)
+        gc.collect()
+        gc.freeze()  # as the agent does once started: what exists now lives on, the collector skips it
         cold_s = timed(cold_scan, repeat)
+        scan()
         scan_s = timed(scan, repeat)
+        unwatched_s = timed(lambda: scan(unwatched), repeat)
         bare_s = timed(lambda: bare_reads(node), repeat)
         files_s = timed(lambda: bare_reads_with_files(node), repeat)
-        inventory, findings = detect(scan_node(node.roots), desired, now=datetime.now(UTC), policy=policy)
+        inventory, findings = detect(scan_node(node.roots, AGENT_SCAN), desired, now=datetime.now(UTC), policy=policy)
         with_runtime: dict[str, object] | None = None
         if runtime is not None:
             try:
@@ -267,7 +285,7 @@ def measure(pods: int, repeat: int, runtime_sandboxes: int = 0, runtime_ready: i
                                 **measure_runtime(node, desired, repeat, runtime.endpoint)}
             finally:
                 runtime.close()
-        return {
+        result = {
             "pods": pods,
             "build_seconds": round(build_s, 2),
             "scan_seconds": round(scan_s, 4),
@@ -275,6 +293,7 @@ def measure(pods: int, repeat: int, runtime_sandboxes: int = 0, runtime_ready: i
             "scan_over_bare": round(scan_s / bare_s, 2),
             "cold_scan_seconds": round(cold_s, 4),
             "cold_scan_over_bare": round(cold_s / bare_s, 2),
+            "scan_seconds_without_pod_dir_watch": round(unwatched_s, 4),
             "bare_reads_with_files_seconds": round(files_s, 4),
             "scan_over_bare_with_files": round(scan_s / files_s, 2),
             "where_the_time_goes_ms": readers(node, desired, policy, repeat),
@@ -285,6 +304,8 @@ def measure(pods: int, repeat: int, runtime_sandboxes: int = 0, runtime_ready: i
             "chains": len(inventory.chains),
             **({"with_runtime": with_runtime} if with_runtime else {}),
         }
+        gc.unfreeze()
+        return result
 
 
 def main() -> int:
@@ -305,6 +326,9 @@ def main() -> int:
         "python": platform.python_version(),
         "cpus": os.cpu_count(),
         "repeat": args.repeat,
+        "scan_options": {"as": "the agent's (nodegc.wiring.agent_engine_settings)",
+                         "watch_pod_dirs": AGENT_SCAN.watch_pod_dirs, "iptables_backend": AGENT_SCAN.iptables_backend,
+                         "gc_freeze": True},
         "results": results,
         "scan_over_bare": {str(r["pods"]): r["scan_over_bare"] for r in results},
         "scan_ms_per_pod": [round(x * 1000, 3) for x in per_pod],

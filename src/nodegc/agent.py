@@ -8,7 +8,6 @@ within grace plus a few seconds, without waiting for the interval.
 
 from __future__ import annotations
 
-import dataclasses
 import gc
 import heapq
 import json
@@ -27,6 +26,7 @@ from nodegc.console import require_root
 from nodegc.desired.source import DesiredSource, SourceError
 from nodegc.engine.cycle import CycleReport, Engine
 from nodegc.exitcodes import EXIT_BLOCKED, EXIT_CLEAN, EXIT_ERROR, EXIT_SOURCE, EXIT_USAGE
+from nodegc.inventory.pod_dirs import pod_dir_watcher
 from nodegc.ledger.store import LedgerError, LedgerLocked
 from nodegc.model.findings import Finding
 from nodegc.model.pods import OwnerState, Pod
@@ -37,9 +37,9 @@ from nodegc.planning.conditions import node_conditions
 from nodegc.planning.ipranges import RangeTracker
 from nodegc.wiring import (
     AgentSettings,
+    agent_engine_settings,
     iptables_backend,
     make_api_client,
-    make_engine_settings,
     make_event_recorder,
     make_executor,
     make_node_conditions,
@@ -237,10 +237,7 @@ def cmd_agent(settings: AgentSettings) -> int:
         return denied
     roots = settings.roots
     phases = settings.phases
-    engine_settings = make_engine_settings(settings.safety, phases)
-    # Scan after scan of one tree: unchanged pod directories are not walked again (inotify proves it).
-    engine_settings = dataclasses.replace(
-        engine_settings, scan=dataclasses.replace(engine_settings.scan, watch_pod_dirs=True))
+    engine_settings = agent_engine_settings(settings.safety, phases, watch_pod_dirs=settings.watch_pod_dirs)
     executor = make_executor(roots, dry_run=settings.dry_run, timeout=settings.safety.command_timeout,
                              runtime_endpoint=settings.safety.runtime_endpoint,
                              runtime_timeout=settings.safety.runtime_timeout,
@@ -278,7 +275,8 @@ def cmd_agent(settings: AgentSettings) -> int:
                         metrics=metrics)
         log.info("agent started", node=node, interval=settings.interval, dry_run=settings.dry_run,
                  ledger=ledger.path, k=phases.consecutive_scans, grace=phases.grace_seconds, source=source.name,
-                 iptables=iptables_backend(roots, settings.safety))
+                 iptables=iptables_backend(roots, settings.safety), watch_pod_dirs=settings.watch_pod_dirs)
+        metrics.pod_dir_watch(pod_dir_watcher(roots.kubelet_root).stats if settings.watch_pod_dirs else None)
         stats = getattr(source, "stats", None)
         if callable(stats):
             metrics.watch_counters(stats)  # the pod watch's lists, relists, watch restarts and events

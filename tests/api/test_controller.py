@@ -12,6 +12,7 @@ import lightkube
 import pytest
 
 from nodegc.api.client import make_client
+from nodegc.api.errors import KubeError
 from nodegc.controller import (
     Controller,
     ControllerSettings,
@@ -274,6 +275,39 @@ def test_a_pod_list_failure_changes_nothing(
     cluster.clear_requests()
     assert r1.controller.run_once() is None
     assert writes(cluster, SLICES) == []
+
+
+def test_listing_sweeper_pages_slices_and_pods_with_continue_tokens(
+    cluster: FakeKubeAPI, client: lightkube.Client
+) -> None:
+    """Without a cache, a pass lists slices and pods through `api.reads` pages of `chunk_size`: every page
+    after the first carries the previous page's continue token."""
+    cluster.add("endpointslices", endpointslice("api-other", endpoint("10.0.0.5", "live")))
+    cluster.clear_requests()
+    sweeper = EndpointSliceSweeper(client, is_leader=lambda: True, options=SweepOptions(dry_run=True, chunk_size=1))
+    report = sweeper.sweep()
+    assert sorted(s.endpoint.addresses[0] for s in report.would_remove) == ["10.0.0.6", "10.0.0.7"]
+    for path, objects in ((f"{SLICES}/endpointslices", 2), ("/api/v1/pods", 2)):
+        pages = [r for r in cluster.requests_to(path) if not r.is_watch]
+        assert len(pages) >= objects, pages
+        assert all(r.query["limit"] == "1" for r in pages)
+        assert "continue" not in pages[0].query and all(r.query.get("continue") for r in pages[1:])
+
+
+@pytest.mark.parametrize("path", [f"{SLICES}/endpointslices", "/api/v1/pods"])
+def test_a_continue_token_gone_mid_list_fails_the_whole_pass(
+    cluster: FakeKubeAPI, client: lightkube.Client, path: str
+) -> None:
+    """410 Gone on a later page (the continue token expired): the list is not finished at another version
+    and nothing is planned from its first page."""
+    cluster.add("endpointslices", endpointslice("api-other", endpoint("10.0.0.5", "live")))
+    cluster.fail_next(410, after=1, path_prefix=path)
+    sweeper = EndpointSliceSweeper(client, is_leader=lambda: True, options=SweepOptions(chunk_size=1))
+    with pytest.raises(KubeError) as failed:
+        sweeper.sweep()
+    assert failed.value.gone
+    assert writes(cluster, SLICES) == []
+    assert slice_addresses(cluster, "api-manual") == ["10.0.0.5", "10.0.0.6", "10.0.0.7"]
 
 
 def test_max_patches_per_pass(api: FakeKubeAPI, kubeconfig: Path, replicas: list[Replica]) -> None:

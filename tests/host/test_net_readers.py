@@ -441,6 +441,52 @@ def test_netlink_get_link_by_index(fake: tuple[nl.RtnlSocket, socket.socket]) ->
         rtnl.get_link(9)
 
 
+def _address(seq: int, index: int, ip: bytes) -> bytes:
+    family = socket.AF_INET if len(ip) == 4 else socket.AF_INET6
+    return _nlmsg(nl.RTM_NEWADDR, seq, struct.pack("=BBBBI", family, 32, 0, 0, index) + _attr(nl.IFA_LOCAL, ip),
+                  flags=2)
+
+
+def test_netlink_addresses_off_link_in_one_round_trip(fake: tuple[nl.RtnlSocket, socket.socket]) -> None:
+    rtnl, kernel = fake
+    # the dump may come before the lookup's answer; the link's own addresses are left out
+    kernel.send(_address(2, 1, bytes([10, 0, 0, 1])) + _address(2, 2, bytes([10, 0, 0, 2])))
+    kernel.send(_nlmsg(nl.NLMSG_DONE, 2, struct.pack("=i", 0)) + _link(1, 1, b"lo"))
+    assert rtnl.addresses_off_link("lo") == [(2, "10.0.0.2")]
+    requests = kernel.recv(4096)  # one send: the lookup by name, then the dump
+    first = struct.unpack_from("=IHHI", requests, 0)
+    assert (first[1], first[2]) == (nl.RTM_GETLINK, nl.NLM_F_REQUEST)
+    assert b"lo\0" in requests[: first[0]]
+    assert struct.unpack_from("=HH", requests, first[0] + 4) == (nl.RTM_GETADDR, nl.NLM_F_REQUEST | nl.NLM_F_DUMP)
+    # no such link: nothing is left out
+    kernel.send(_status(3, -errno.ENODEV) + _address(4, 1, bytes([10, 0, 0, 1])) + _nlmsg(nl.NLMSG_DONE, 4, bytes(4)))
+    assert rtnl.addresses_off_link("lo") == [(1, "10.0.0.1")]
+    # any other refusal, or an answer about another link, fails the read
+    kernel.send(_status(5, -errno.EPERM) + _nlmsg(nl.NLMSG_DONE, 6, bytes(4)))
+    with pytest.raises(nl.NetlinkError, match="EPERM"):
+        rtnl.addresses_off_link("lo")
+    kernel.send(_link(7, 1, b"eth0") + _nlmsg(nl.NLMSG_DONE, 8, bytes(4)))
+    with pytest.raises(nl.NetlinkError, match="eth0"):
+        rtnl.addresses_off_link("lo")
+    kernel.send(_link(9, 1, b"lo"))  # the dump never ends
+    with pytest.raises(nl.NetlinkError, match="in time"):
+        rtnl.addresses_off_link("lo")
+
+
+def test_read_netns_addresses_with_the_loopback_renamed(node: Node) -> None:
+    """Only the link called lo is left out (as before): a renamed loopback's own addresses are reported."""
+    ns = node.root / "renamed-lo"
+    _make_netns(ns)
+    try:
+        _run("nsenter", f"--net={ns}", "ip", "link", "set", "lo", "name", "lo2")
+        _run("nsenter", f"--net={ns}", "ip", "link", "set", "lo2", "up")
+        _run("nsenter", f"--net={ns}", "ip", "addr", "add", "10.77.3.5/32", "dev", "lo2")
+        assert read_netns_addresses(ns) == ("10.77.3.5",)
+        assert read_netns_addresses_many([ns, node.pod_a]) == [("10.77.3.5",), ("10.77.0.5",)]
+    finally:
+        subprocess.run(["umount", str(ns)], capture_output=True, timeout=30, check=False)
+
+
 def test_netlink_deletes_real_links(node: Node) -> None:
     _in_node(node.node_ns, "ip", "link", "add", "nodegc-d0", "type", "bridge")
     _in_node(node.node_ns, "ip", "link", "add", "nodegc-d1", "type", "bridge")

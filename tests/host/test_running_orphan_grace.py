@@ -1,5 +1,6 @@
 """The running-orphan grace against a real containerd: counted across agent restarts (a new engine and a new
-ledger handle each cycle, as a crash-looping agent has), and a stop only of the very sandbox judged."""
+ledger handle each cycle, as a crash-looping agent has) on the boot clock, which a step of the wall clock
+does not move, and a stop only of the very sandbox judged."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 from nodegc.desired.snapshot import SnapshotSource
 from nodegc.engine.cycle import CycleReport, Engine, EngineSettings
 from nodegc.engine.orphans import stop_running_orphan
+from nodegc.hostio.clock import BootTime
 from nodegc.inventory.cri.reading import sandbox_from_status
 from nodegc.ledger.store import Ledger
 from nodegc.planning.correlate import CorrelationPolicy
@@ -41,16 +43,17 @@ def test_grace_survives_restarts_and_a_stop_checks_the_creation_time(containerd_
                               scan=ScanOptions(min_age_seconds=0, runtime_endpoint=rt.endpoint),
                               max_desired_age_seconds=1e9, running_orphan_grace_seconds=600,
                               stop_running_orphans=True)
-    clock = [time.time()]
+    clock, boot = [time.time()], [1000.0]
 
     def restart_and_cycle() -> CycleReport:
         with Ledger(tmp_path / "ledger.db") as ledger:
             return Engine(roots=node.roots, source=SnapshotSource(snap, node.node_name), ledger=ledger,
                           executor=HostExecutor(node.roots, runtime_endpoint=rt.endpoint), settings=settings,
-                          clock=lambda: clock[0]).cycle()
+                          clock=lambda: clock[0], boot_clock=lambda: BootTime("test-boot", boot[0])).cycle()
 
-    for step in (0, 300, 299):
-        clock[0] += step
+    for step, wall_step in ((0, 0), (300, 0), (0, 86400), (299, 0)):  # the wall clock jumps a day ahead
+        clock[0] += step + wall_step
+        boot[0] += step
         report = restart_and_cycle()
         assert not report.running_orphans and not report.stopped_orphans, report.blocked
         assert _ready(rt, orphan_sid)
@@ -73,7 +76,8 @@ def test_grace_survives_restarts_and_a_stop_checks_the_creation_time(containerd_
                                        seen=other)
     assert not stopped and "creation time" in why and _ready(rt, orphan_sid)
 
-    clock[0] += 2  # 601 s since it was first seen, over three restarts
+    clock[0] += 2  # 601 s since it was first seen, over four restarts
+    boot[0] += 2
     report = restart_and_cycle()
     assert [x.id for x in report.running_orphans] == [orphan_sid]
     assert [(x.id, ok) for x, ok, _ in report.stopped_orphans] == [(orphan_sid, True)], report.stopped_orphans

@@ -16,7 +16,7 @@ PURE = ("model", "planning")
 FORBIDDEN = {
     "os", "io", "subprocess", "socket", "shutil", "pathlib", "glob", "tempfile", "time", "sqlite3", "fcntl",
     "ctypes", "select", "signal", "http", "urllib", "ssl", "asyncio", "threading", "multiprocessing",
-    "pyroute2", "lightkube", "httpx", "httpx2", "msgspec", "grpc", "structlog", "yaml", "prometheus_client",
+    "pyroute2", "lightkube", "httpx", "httpx2", "msgspec", "h2", "structlog", "yaml", "prometheus_client",
     "nodegc.inventory", "nodegc.desired", "nodegc.sandbox", "nodegc.observe", "nodegc.cli", "nodegc.render",
     "nodegc.settings",
 }

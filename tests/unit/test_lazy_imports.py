@@ -1,4 +1,4 @@
-"""grpc and protobuf are loaded only where a runtime socket is asked: a node without one never pays their memory."""
+"""h2 and protobuf are loaded only where a runtime socket is asked: a node without one never pays their memory."""
 
 from __future__ import annotations
 
@@ -17,9 +17,10 @@ def _run(code: str) -> str:
     return out.stdout.strip().splitlines()[-1]
 
 
-def test_agent_without_a_runtime_socket_loads_no_grpc(tmp_path: Path) -> None:
+def test_agent_without_a_runtime_socket_loads_no_h2_or_protobuf(tmp_path: Path) -> None:
     """Every module the agent command imports, and a runtime read on an endpoint whose socket does not
-    exist (the node has no runtime, or it is not configured), leave grpc and protobuf unloaded."""
+    exist (the node has no runtime, or it is not configured), leave h2 and protobuf unloaded; grpc is never
+    loaded."""
     endpoint = f"unix://{tmp_path}/no-such.sock"
     code = (
         "import sys\n"
@@ -31,23 +32,23 @@ def test_agent_without_a_runtime_socket_loads_no_grpc(tmp_path: Path) -> None:
         f"options = ScanOptions(runtime_endpoint={endpoint!r})\n"
         "assert read_runtime(options) is None and read_runtime(options) is None\n"
         "assert runtime_reader(options) is not None\n"
-        "print([m for m in ('grpc', 'google.protobuf') if m in sys.modules])\n"
+        "print([m for m in ('grpc', 'h2', 'google.protobuf') if m in sys.modules])\n"
     )
     assert _run(code) == "[]"
 
 
-def test_a_client_loads_grpc_and_a_message_loads_protobuf() -> None:
+def test_a_client_loads_h2_and_a_message_loads_protobuf() -> None:
     code = (
         "import sys\n"
         "from nodegc.inventory.cri.messages import message\n"
         "before = 'google.protobuf' in sys.modules\n"
         "message('VersionRequest', version='v1')\n"
         "from nodegc.inventory.cri.client import RuntimeClient\n"
-        "middle = 'grpc' in sys.modules\n"
+        "middle = 'h2' in sys.modules\n"
         "RuntimeClient('unix:///nonexistent/runtime.sock').close()\n"
-        "print([before, 'google.protobuf' in sys.modules, middle, 'grpc' in sys.modules])\n"
+        "print([before, 'google.protobuf' in sys.modules, middle, 'h2' in sys.modules, 'grpc' in sys.modules])\n"
     )
-    assert _run(code) == "[False, True, False, True]"
+    assert _run(code) == "[False, True, False, True, False]"
 
 
 def test_messages_are_built_once_and_shared() -> None:
@@ -55,9 +56,9 @@ def test_messages_are_built_once_and_shared() -> None:
     assert type(message("VersionRequest", version="v1")) is message_class("VersionRequest")
 
 
-def test_no_socket_is_runtime_unavailable_through_the_lazy_grpc(tmp_path: Path) -> None:
-    """The status code is matched by name once grpc is loaded late: a socket nobody listens on is
-    UNAVAILABLE (or a deadline), which is "the runtime could not be asked", never an answer."""
+def test_no_socket_is_runtime_unavailable_through_the_lazy_h2(tmp_path: Path) -> None:
+    """A socket nobody listens on is UNAVAILABLE (or a deadline), which is "the runtime could not be asked",
+    never an answer."""
     with RuntimeClient(f"unix://{tmp_path}/absent.sock", timeout=2.0) as client, \
             pytest.raises(RuntimeUnavailable) as caught:
         client.version()

@@ -10,6 +10,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from nodegc.engine.orphans import RunningOrphans
+from nodegc.hostio.clock import BootTime
 from nodegc.ledger.store import Ledger, OrphanSeen
 from nodegc.model.findings import Finding, FindingClass, Owner
 from nodegc.model.pods import OwnerState
@@ -20,6 +21,11 @@ from tests.unit.factories import NOW
 A, B = "a" * 64, "b" * 64
 GRACE = 600.0
 T0 = NOW.timestamp()
+
+
+def NO_BOOT_CLOCK() -> BootTime | None:
+    """No boot id to read: the grace is measured on the wall clock (what these tests pin down)."""
+    return None
 
 
 def sandbox(sid: str, uid: str = "u-a", *, created_ago: float = 3600) -> RuntimeSandbox:
@@ -39,7 +45,7 @@ def finding(sid: str, cls: FindingClass = FindingClass.RUNNING_ORPHAN, uid: str 
 
 def tracker(ledger: Ledger) -> RunningOrphans:
     """A new one per call: what an agent that restarted has."""
-    return RunningOrphans(grace_seconds=GRACE, store=ledger)
+    return RunningOrphans(grace_seconds=GRACE, store=ledger, boot_clock=NO_BOOT_CLOCK)
 
 
 def test_the_grace_survives_a_restart(tmp_path: Path) -> None:
@@ -102,7 +108,8 @@ def test_an_unreadable_ledger_counts_in_memory_and_says_so(tmp_path: Path) -> No
     path = tmp_path / "ledger.db"
     errors: list[int] = []
     with Ledger(path) as ledger:
-        orphans = RunningOrphans(grace_seconds=GRACE, store=ledger, on_store_error=lambda: errors.append(1))
+        orphans = RunningOrphans(grace_seconds=GRACE, store=ledger, on_store_error=lambda: errors.append(1),
+                                 boot_clock=NO_BOOT_CLOCK)
         orphans.observe([finding(A)], T0, view=view(sandbox(A)))
         db = sqlite3.connect(path)
         db.execute("UPDATE running_orphans SET first_seen = 'soon'")  # a row nodegc cannot read
@@ -120,7 +127,7 @@ def test_an_unreadable_ledger_counts_in_memory_and_says_so(tmp_path: Path) -> No
 
 
 def test_without_a_store_in_memory_as_before() -> None:
-    orphans = RunningOrphans(grace_seconds=GRACE)
+    orphans = RunningOrphans(grace_seconds=GRACE, boot_clock=NO_BOOT_CLOCK)
     assert orphans.observe([finding(A)], T0, view=view(sandbox(A))) == []
     assert [f.id for f in orphans.observe([finding(A)], T0 + GRACE, view=view(sandbox(A)))] == [A]
     assert orphans.sandboxes[A].created_at == sandbox(A).created_at

@@ -1,7 +1,8 @@
 """The two reads under every desired state and cache: a whole list (paged) and a live GET of one object.
 
 One home for both, so the one-shot list (`desired.kube`), the watch caches (`api.reflector`) and the
-controller page the same way and turn objects into the same plain JSON.
+controller's EndpointSlice sweeper (`kube.endpointslices`, when it lists instead of using its caches) page
+the same way and turn objects into the same plain JSON.
 """
 
 from __future__ import annotations
@@ -24,17 +25,19 @@ def list_all(
     what: str,
     fields: Mapping[str, str] | None = None,
     timeout: float | None = None,
+    chunk_size: int = CHUNK_SIZE,
 ) -> tuple[list[dict[str, Any]], str | None]:
-    """Every object of `resource` in all namespaces (paged, filtered by `fields` on the server), and the
-    resourceVersion of that consistent list.
+    """Every object of `resource` in all namespaces (paged by `chunk_size`, filtered by `fields` on the
+    server), and the resourceVersion of that consistent list.
 
     No resourceVersion is sent, so the API server answers from a quorum read (never its possibly lagging
     watch cache). Any failure on any page raises KubeError: a partial list would make the missing objects
-    look gone.
+    look gone; so does a continue token the server no longer knows (410 Gone on a later page: the list
+    cannot be finished at the first page's version, and is not finished at another).
     """
 
     def fetch() -> tuple[list[dict[str, Any]], str | None]:
-        items = client.list(resource, namespace=lightkube.ALL_NS, chunk_size=CHUNK_SIZE,
+        items = client.list(resource, namespace=lightkube.ALL_NS, chunk_size=chunk_size,
                             fields=dict(fields) if fields else None)
         objects = [plain(item) for item in items]
         try:

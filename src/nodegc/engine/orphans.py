@@ -6,8 +6,14 @@ sandbox had then, so an agent that restarts (or crash-loops) goes on counting in
 is forgotten when the sandbox is no longer a running orphan in a complete runtime list (its pod is in the
 API again, it stopped, or it is gone), and whenever it is READY with its pod in the API (`in_use`, even on
 an incomplete list: the absence ended); a runtime that cannot be read, or whose list misses a running pod's
-sandbox, changes nothing. A first-seen time after now (the clock stepped back, a ledger copied from
-elsewhere) counts as now: it never makes an orphan older. A ledger that cannot be read or written leaves
+sandbox, changes nothing.
+
+A wall clock can step (NTP, an operator, a bad RTC at boot), so each record also keeps the boot id and
+CLOCK_BOOTTIME of its first sight: in the same boot the absence is measured on that clock, which no step
+moves, and a forward step of the wall clock does not end the grace early. In another boot, or without a
+boot clock reading (a row an older nodegc wrote, an unreadable boot id), the wall clock measures it, and a
+first-seen time after now (the clock stepped back, a ledger copied from elsewhere) counts as now: it never
+makes an orphan older. A ledger that cannot be read or written leaves
 the count in this process's memory, and the log says so; once it answers again, what memory learnt meanwhile
 wins over its older rows (a record forgotten in the outage stays forgotten) and is written back.
 
@@ -25,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from nodegc import defaults
+from nodegc.hostio.clock import BootTime, read_boot_time
 from nodegc.inventory.cri.client import CRIError, RuntimeClient
 from nodegc.ledger.store import LedgerError, OrphanSeen
 from nodegc.model.findings import Finding, FindingClass
@@ -53,6 +60,8 @@ class RunningOrphans:
     store: OrphanStore | None = None
     """None: counted in memory only (a process's life)."""
     on_store_error: Callable[[], None] | None = None
+    boot_clock: Callable[[], BootTime | None] = read_boot_time
+    """The boot id and CLOCK_BOOTTIME, read once an observation; None when unreadable (the wall clock then)."""
     first_seen: dict[str, OrphanSeen] = field(default_factory=dict)
     """The records as last read or written (the store's when it answers, this process's when it does not)."""
     sandboxes: dict[str, RuntimeSandbox] = field(default_factory=dict)
@@ -79,19 +88,23 @@ class RunningOrphans:
         changed: dict[str, OrphanSeen] = {}
         due: list[Finding] = []
         self.sandboxes = {}
+        boot = self.boot_clock() if current else None
         for sid, f in current.items():
             sb = listed.get(sid)
             uid, created = (sb.pod_uid if sb is not None else f.owner.uid or ""), _created(sb)
             rec = records.get(sid)
             if rec is None or rec.pod_uid != uid or rec.created_at != created:
-                rec = changed[sid] = OrphanSeen(first_seen=now, pod_uid=uid, created_at=created)
-            elif rec.first_seen > now:
+                rec = changed[sid] = _first_sight(now, uid, created, boot)
+            absent = _absent_for(rec, now, boot)
+            if absent < 0:
                 log.warning("running orphan first seen in the future (clock stepped back, or a ledger from"
-                            " elsewhere): counted from now", sandbox=sid, first_seen=rec.first_seen, now=now)
-                rec = changed[sid] = OrphanSeen(first_seen=now, pod_uid=uid, created_at=created)
+                            " elsewhere): counted from now", sandbox=sid, first_seen=rec.first_seen, now=now,
+                            clock="boot" if _same_boot(rec, boot) else "wall")
+                rec = changed[sid] = _first_sight(now, uid, created, boot)
+                absent = 0.0
             if sb is not None:
                 self.sandboxes[sid] = sb
-            if now - rec.first_seen >= self.grace_seconds:
+            if absent >= self.grace_seconds:
                 due.append(f)
         records = {sid: r for sid, r in records.items() if sid not in forget} | changed
         self.first_seen = records
@@ -139,6 +152,23 @@ class RunningOrphans:
                         " memory until it answers (a restart then starts their grace over)", operation=what,
                         error=str(e))
         self._store_down = True
+
+
+def _first_sight(now: float, uid: str, created: str, boot: BootTime | None) -> OrphanSeen:
+    return OrphanSeen(first_seen=now, pod_uid=uid, created_at=created, boot_id=boot.boot_id if boot else "",
+                      boottime=boot.seconds if boot else None)
+
+
+def _same_boot(rec: OrphanSeen, boot: BootTime | None) -> bool:
+    return boot is not None and rec.boottime is not None and rec.boot_id != "" and rec.boot_id == boot.boot_id
+
+
+def _absent_for(rec: OrphanSeen, now: float, boot: BootTime | None) -> float:
+    """Seconds since the first sight: on the boot clock in the boot it was taken in, else on the wall clock.
+    Negative: a first sight after now (the caller starts it over)."""
+    if boot is not None and rec.boottime is not None and _same_boot(rec, boot):
+        return boot.seconds - rec.boottime
+    return now - rec.first_seen
 
 
 def stop_running_orphan(

@@ -65,6 +65,8 @@ _IFINFOMSG = struct.Struct("=BxHiII")
 _NLA_HDR = struct.Struct("=HH")
 _IFADDRMSG = struct.Struct("=BBBBI")
 _U32 = struct.Struct("=I")
+_U64 = struct.Struct("=Q")
+_SO_NETNS_COOKIE = 71
 _I32 = struct.Struct("=i")
 _RECV_BUF = 1 << 16
 """The kernel fills a dump datagram up to 32 KiB; anything longer than the buffer is reported, not cut."""
@@ -137,6 +139,15 @@ class RtnlSocket:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def netns_cookie(self) -> int | None:
+        """The cookie of the namespace the socket lives in (SO_NETNS_COOKIE, Linux 5.14): an id no other
+        namespace is given while the machine runs, unlike an inode; None where the kernel has none."""
+        try:
+            raw = self._sock.getsockopt(socket.SOL_SOCKET, _SO_NETNS_COOKIE, _U64.size)
+        except OSError:
+            return None
+        return int(_U64.unpack(raw)[0]) if len(raw) == _U64.size else None
 
     def dump_links(self) -> tuple[list[RawLink], list[str]]:
         """Every link, and why each unreadable link message could not be read.
@@ -245,21 +256,59 @@ class RtnlSocket:
             size = self._recv()
             buf = self._buf
             for mtype, _flags, mseq, start, end in _messages(buf, size):
-                if mseq != seq:
-                    continue
-                if mtype in (NLMSG_DONE, NLMSG_ERROR):
-                    _raise_if_error(buf, start, end, "address dump")
-                    if mtype == NLMSG_DONE:
-                        return out
-                elif mtype == RTM_NEWADDR:
-                    if end - start < _IFADDRMSG.size:
-                        raise NetlinkError("truncated address message")
-                    family, _plen, _flags2, _scope, index = _IFADDRMSG.unpack_from(buf, start)
-                    found = {t: bytes(buf[a:b]) for t, a, b in _attrs(buf, start + _IFADDRMSG.size, end)
-                             if t in (IFA_LOCAL, IFA_ADDRESS)}
-                    raw = found.get(IFA_LOCAL) or found.get(IFA_ADDRESS)
-                    if raw is not None and family in (socket.AF_INET, socket.AF_INET6):
-                        out.append((index, socket.inet_ntop(family, raw)))
+                if mseq == seq and self._address_message(buf, mtype, start, end, out):
+                    return out
+
+    def addresses_off_link(self, name: str) -> list[tuple[int, str]]:
+        """`dump_addresses` without those of the link called `name` (none left out when there is no such
+        link), in one round trip: the lookup of that one link by name and the address dump go in one
+        datagram, instead of a dump of every link to find it."""
+        link_seq, addr_seq = next(self._seq), next(self._seq)
+        ext_mask = _nla(IFLA_EXT_MASK, _U32.pack(RTEXT_FILTER_SKIP_STATS))
+        lookup = _IFINFOMSG.pack(socket.AF_UNSPEC, 0, 0, 0, 0) + _nla(IFLA_IFNAME, name.encode() + b"\0") + ext_mask
+        self._send(_message(RTM_GETLINK, NLM_F_REQUEST, link_seq, lookup)
+                   + _message(RTM_GETADDR, NLM_F_REQUEST | NLM_F_DUMP, addr_seq, _IFADDRMSG.pack(0, 0, 0, 0, 0)))
+        skip: int | None = None
+        looked_up = False
+        out: list[tuple[int, str]] = []
+        done = False
+        while not (done and looked_up):
+            size = self._recv()
+            buf = self._buf
+            for mtype, _flags, mseq, start, end in _messages(buf, size):
+                if mseq == link_seq and not looked_up:
+                    if mtype == NLMSG_ERROR:
+                        try:
+                            _raise_if_error(buf, start, end, f"link {name}")
+                        except NetlinkError as e:
+                            if e.code not in (errno.ENODEV, errno.ENOENT):
+                                raise
+                        looked_up = True
+                    elif mtype == RTM_NEWLINK:
+                        link = _parse_link(buf, start, end)
+                        if link.name != name:
+                            raise NetlinkError(f"link {name}: the kernel answered with link {link.name!r}")
+                        skip, looked_up = link.index, True
+                elif mseq == addr_seq and not done:
+                    done = self._address_message(buf, mtype, start, end, out)
+        return [(index, address) for index, address in out if index != skip]
+
+    def _address_message(self, buf: bytearray, mtype: int, start: int, end: int,
+                         out: list[tuple[int, str]]) -> bool:
+        """One message of an address dump into `out`; True at its end."""
+        if mtype in (NLMSG_DONE, NLMSG_ERROR):
+            _raise_if_error(buf, start, end, "address dump")
+            return mtype == NLMSG_DONE
+        if mtype == RTM_NEWADDR:
+            if end - start < _IFADDRMSG.size:
+                raise NetlinkError("truncated address message")
+            family, _plen, _flags2, _scope, index = _IFADDRMSG.unpack_from(buf, start)
+            found = {t: bytes(buf[a:b]) for t, a, b in _attrs(buf, start + _IFADDRMSG.size, end)
+                     if t in (IFA_LOCAL, IFA_ADDRESS)}
+            raw = found.get(IFA_LOCAL) or found.get(IFA_ADDRESS)
+            if raw is not None and family in (socket.AF_INET, socket.AF_INET6):
+                out.append((index, socket.inet_ntop(family, raw)))
+        return False
 
     def _dump_links_once(self) -> tuple[list[RawLink], list[str], bool]:
         seq = next(self._seq)
@@ -584,20 +633,27 @@ def _parse_link(buf: bytearray, start: int, end: int) -> RawLink:
             found[atype] = (off + 4, off + length)
         off += (length + 3) & ~3
     kind = None
-    if IFLA_LINKINFO in found:
-        for sub, c, d in _attrs(buf, *found[IFLA_LINKINFO]):
+    span = found.get(IFLA_LINKINFO)
+    if span is not None:
+        for sub, c, d in _attrs(buf, *span):
             if sub == IFLA_INFO_KIND:
                 kind = _zstring(buf, c, d)
                 break
+    name = found.get(IFLA_IFNAME)
+    mac = found.get(IFLA_ADDRESS)
+    master = found.get(IFLA_MASTER)
+    link = found.get(IFLA_LINK)
+    netnsid = found.get(IFLA_LINK_NETNSID)
+    group = found.get(IFLA_GROUP)
     return RawLink(
-        index=index,
-        name=_zstring(buf, *found[IFLA_IFNAME]) if IFLA_IFNAME in found else None,
-        mac=_mac(buf, *found[IFLA_ADDRESS]) if IFLA_ADDRESS in found else None,
-        master=_u32(buf, *found[IFLA_MASTER]) if IFLA_MASTER in found else None,
-        link=_u32(buf, *found[IFLA_LINK]) if IFLA_LINK in found else None,
-        link_netnsid=_i32(buf, *found[IFLA_LINK_NETNSID]) if IFLA_LINK_NETNSID in found else None,
-        group=_u32(buf, *found[IFLA_GROUP]) if IFLA_GROUP in found else None,
-        kind=kind,
+        index,
+        _zstring(buf, *name) if name is not None else None,
+        _mac(buf, *mac) if mac is not None else None,
+        _u32(buf, *master) if master is not None else None,
+        _u32(buf, *link) if link is not None else None,
+        _i32(buf, *netnsid) if netnsid is not None else None,
+        kind,
+        _u32(buf, *group) if group is not None else None,
     )
 
 
@@ -635,12 +691,12 @@ def _i32(buf: bytearray, a: int, b: int) -> int | None:
 
 
 def _mac(buf: bytearray, a: int, b: int) -> str | None:
-    return ":".join(f"{octet:02x}" for octet in buf[a : a + 6]) if b - a >= 6 else None
+    return buf[a : a + 6].hex(":") if b - a >= 6 else None
 
 
 def _zstring(buf: bytearray, a: int, b: int) -> str | None:
     try:
-        return bytes(buf[a:b]).strip(b"\0").decode("utf-8")
+        return buf[a:b].strip(b"\0").decode("utf-8")
     except UnicodeDecodeError:
         return None
 

@@ -221,3 +221,8 @@ def scan_cni_cache(cni_data_dir: Path) -> tuple[tuple[CNICacheEntry, ...], tuple
 
 _PARSED: FileMemo[CNICacheEntry] = FileMemo()
 """Entries parsed by earlier scans of this process, taken again while their file's stamp is unchanged."""
+
+
+def forget_parsed_entries() -> None:
+    """Forget every remembered parse: the next scan reads every entry (a process's first scan)."""
+    _PARSED.clear()

@@ -238,15 +238,11 @@ def _addresses(rtnl: RtnlSocket, path: Path) -> tuple[str, ...]:
     """The addresses `rtnl` (in the namespace of `path`) dumps, loopback and link-local left out; closes it."""
     try:
         with rtnl:
-            links, _ = rtnl.dump_links()
-            addresses = rtnl.dump_addresses()
+            addresses = rtnl.addresses_off_link("lo")
     except (NetlinkError, OSError) as e:
         raise NetnsReadError(f"cannot read addresses in netns {os.fsdecode(path)}: {e}") from e
-    loopback = {link.index for link in links if link.name == "lo"}
     out: list[str] = []
-    for index, raw in addresses:
-        if index in loopback:
-            continue
+    for _index, raw in addresses:
         try:
             ip = ipaddress.ip_address(raw.split("%", 1)[0])
         except ValueError:

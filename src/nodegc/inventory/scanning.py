@@ -12,13 +12,13 @@ from pathlib import Path
 from nodegc.hostio.clock import utcnow
 from nodegc.hostio.iptables_backend import DEFAULT_COMMANDS, BackendUnknown
 from nodegc.hostio.iptables_backend import commands as iptables_commands
-from nodegc.hostio.mountinfo import read_mounts
-from nodegc.inventory.cni_cache import scan_cni_cache
+from nodegc.hostio.mountinfo import forget_parses, read_mounts
+from nodegc.inventory.cni_cache import forget_parsed_entries, scan_cni_cache
 from nodegc.inventory.cni_conf import scan_ranges
-from nodegc.inventory.cni_ipam import scan_ip_reservations
+from nodegc.inventory.cni_ipam import forget_parsed_reservations, scan_ip_reservations
 from nodegc.inventory.cri.runtimes import read_runtime
-from nodegc.inventory.iptables import scan_iptables_all
-from nodegc.inventory.links import scan_veths
+from nodegc.inventory.iptables import forget_dumps, scan_iptables_all
+from nodegc.inventory.links import forget_netnsids, scan_veths
 from nodegc.inventory.netns import (
     NetnsReadError,
     is_runtime_netns_dir,
@@ -26,7 +26,7 @@ from nodegc.inventory.netns import (
     scan_netns,
     scan_runtime_netns,
 )
-from nodegc.inventory.pod_dirs import pod_dir_watcher, scan_pod_dirs
+from nodegc.inventory.pod_dirs import forget_watchers, pod_dir_watcher, scan_pod_dirs
 from nodegc.inventory.pod_logs import scan_pod_log_dirs
 from nodegc.inventory.static_pods import scan_static_pods
 from nodegc.model.resources import (
@@ -108,6 +108,18 @@ def scan_node(
         problems=len(inventory.problems),
     )
     return inventory
+
+
+def forget_remembered() -> None:
+    """Forget every read a later scan takes again while it is provably unchanged (the mount table's
+    parse, the iptables dumps, parsed files, pod directory walks, netnsids): the next scan is a process's
+    first."""
+    forget_parses()
+    forget_dumps()
+    forget_parsed_entries()
+    forget_parsed_reservations()
+    forget_watchers()
+    forget_netnsids()
 
 
 def _read_host(roots: Roots, taken_at: datetime, rules_read: Future[_Rules], *,

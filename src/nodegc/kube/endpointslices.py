@@ -27,9 +27,9 @@ from lightkube.resources.core_v1 import Pod as PodResource
 from lightkube.types import PatchType
 
 from nodegc import defaults
-from nodegc.api.errors import KubeError, call, get_or_none
+from nodegc.api.errors import KubeError, call
 from nodegc.api.objects import pod_from_object, slice_from_object
-from nodegc.api.reads import CHUNK_SIZE
+from nodegc.api.reads import CHUNK_SIZE, get_live, list_all
 from nodegc.kube.cache import ClusterCache
 from nodegc.kube.events import EventRecorder, EventType, ObjectRef
 from nodegc.model.endpoints import Slice, StaleAction, StaleEndpoint
@@ -146,18 +146,16 @@ class EndpointSliceSweeper:
     # --- reading ---------------------------------------------------------------------------------
 
     def _list_slices(self) -> list[Mapping[str, Any]]:
-        items = call("listing endpointslices", lambda: list(self._client.list(
-            RawEndpointSlice, namespace=lightkube.ALL_NS, chunk_size=self.options.chunk_size)))
-        return [_plain(item) for item in items]
+        objects, _rv = list_all(self._client, RawEndpointSlice, what="listing endpointslices",
+                                chunk_size=self.options.chunk_size)
+        return list(objects)
 
     def _pod_index(self, report: SweepReport) -> PodIndex:
         """Every pod of the cluster; a namespace holding a pod we cannot identify proves no absence."""
-        items = call("listing pods", lambda: list(self._client.list(
-            PodResource, namespace=lightkube.ALL_NS, chunk_size=self.options.chunk_size)))
+        objects, _rv = list_all(self._client, PodResource, what="listing pods", chunk_size=self.options.chunk_size)
         pods: list[Pod] = []
         unknown: set[str] = set()
-        for item in items:
-            obj = item.to_dict()
+        for obj in objects:
             try:
                 pods.append(pod_from_object(obj))
             except ValueError as e:
@@ -169,17 +167,16 @@ class EndpointSliceSweeper:
         return PodIndex.build(pods, unknown_namespaces=unknown)
 
     def _get_slice(self, namespace: str, name: str) -> Mapping[str, Any] | None:
-        obj = get_or_none(f"getting endpointslice {namespace}/{name}",
-                          lambda: self._client.get(RawEndpointSlice, name=name, namespace=namespace))
-        return None if obj is None else _plain(obj)
+        return get_live(self._client, RawEndpointSlice, namespace=namespace, name=name,
+                        what=f"getting endpointslice {namespace}/{name}")
 
     def _live_pod(self, namespace: str, name: str) -> Pod | None:
-        obj = get_or_none(f"getting pod {namespace}/{name}",
-                          lambda: self._client.get(PodResource, name=name, namespace=namespace))
+        obj = get_live(self._client, PodResource, namespace=namespace, name=name,
+                       what=f"getting pod {namespace}/{name}")
         if obj is None:
             return None
         try:
-            return pod_from_object(obj.to_dict())
+            return pod_from_object(obj)
         except ValueError as e:
             raise KubeError(f"pod {namespace}/{name} cannot be identified: {e}") from e
 
@@ -290,15 +287,6 @@ class EndpointSliceSweeper:
         ref = (ObjectRef.service(slice_.namespace, slice_.service_name) if slice_.service_name
                else ObjectRef.endpointslice(slice_.namespace, slice_.name, slice_.uid))
         self._events.record(ref, reason=reason, message=message, type=type)
-
-
-def _plain(obj: GenericNamespacedResource) -> dict[str, Any]:
-    """A generic resource is a dict already; its metadata may have been turned into a model on access."""
-    plain = dict(obj)
-    meta = plain.get("metadata")
-    if meta is not None and not isinstance(meta, Mapping):
-        plain["metadata"] = meta.to_dict()
-    return plain
 
 
 def _addresses(stale: StaleEndpoint) -> str:

@@ -28,9 +28,18 @@ from typing import Any, Protocol
 from nodegc.model.items import Identity, Item, Phase
 from nodegc.model.resources import Kind
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 PRUNE_INTERVAL_SECONDS = 3600.0
 """Retention runs at most this often, on a write."""
+
+@dataclass(frozen=True)
+class _AddColumn:
+    """ALTER TABLE ... ADD COLUMN unless the table has it already (SQLite has no IF NOT EXISTS for columns)."""
+
+    table: str
+    column: str
+    decl: str
+
 
 _BASE_SCHEMA = (
     "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
@@ -66,7 +75,7 @@ _BASE_SCHEMA = (
 )
 """Schema version 1, as every ledger before versioned migrations was created."""
 
-MIGRATIONS: dict[int, tuple[str, ...]] = {
+MIGRATIONS: dict[int, tuple[str | _AddColumn, ...]] = {
     2: ("CREATE INDEX IF NOT EXISTS items_phase_last_seen ON items (phase, last_seen)",),
     3: ("""CREATE TABLE IF NOT EXISTS running_orphans (
     sandbox_id TEXT PRIMARY KEY,
@@ -74,8 +83,13 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     created_at TEXT NOT NULL,
     first_seen REAL NOT NULL
 )""",),
+    # The boot a running orphan was first seen in and CLOCK_BOOTTIME then: on the same boot its grace is
+    # measured on that clock, which a wall-clock step does not move. NULL (a row schema 3 wrote): the wall clock.
+    4: (_AddColumn("running_orphans", "boot_id", "TEXT"), _AddColumn("running_orphans", "boottime", "REAL")),
 }
-"""Statements that take a ledger from version N-1 to N; a new ledger runs them all after the base schema."""
+"""The steps that take a ledger from version N-1 to N; a new ledger runs them all after the base schema. Each
+is idempotent (a ledger whose version was set back by hand to run an older nodegc, docs/runbook.md, is
+migrated again over what it already has)."""
 
 _COLUMNS = ("key", "kind", "resource_id", "phase", "identity", "finding_class", "owner_uid", "owner_namespace",
             "owner_name", "container_id", "first_seen", "last_seen", "orphan_count", "attempts", "next_attempt",
@@ -132,6 +146,10 @@ class OrphanSeen:
     pod_uid: str
     created_at: str
     """ISO 8601, or "" when the runtime gave none."""
+    boot_id: str = ""
+    """The boot `first_seen` was taken in ("" unknown: a row of schema 3, an unreadable boot id)."""
+    boottime: float | None = None
+    """CLOCK_BOOTTIME at `first_seen`, in that boot."""
 
 
 @dataclass(frozen=True)
@@ -207,8 +225,8 @@ class Ledger:
                 raise LedgerError(f"it was written by a newer nodegc (schema {version}, this one reads up to"
                                   f" {SCHEMA_VERSION}); refusing to use it")
             for target in range(version + 1, SCHEMA_VERSION + 1):
-                for sql in MIGRATIONS.get(target, ()):
-                    db.execute(sql)
+                for step in MIGRATIONS.get(target, ()):
+                    _migrate(db, step)
             db.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
         return SCHEMA_VERSION
 
@@ -264,14 +282,18 @@ class Ledger:
 
     def running_orphans(self) -> dict[str, OrphanSeen]:
         """The first-seen record of every running orphan, by sandbox id."""
-        rows = self._read("SELECT sandbox_id, pod_uid, created_at, first_seen FROM running_orphans")
+        rows = self._read("SELECT sandbox_id, pod_uid, created_at, first_seen, boot_id, boottime"
+                          " FROM running_orphans")
         out: dict[str, OrphanSeen] = {}
         for raw in rows:
-            sid, uid, created, first = (_dec(v) for v in raw)
+            sid, uid, created, first, boot_id, boottime = (_dec(v) for v in raw)
             if not (isinstance(sid, str) and isinstance(uid, str) and isinstance(created, str)
                     and isinstance(first, int | float) and math.isfinite(first)):
                 raise LedgerError(f"running orphan row {_shown(sid)!r} is unreadable")
-            out[sid] = OrphanSeen(first_seen=float(first), pod_uid=uid, created_at=created)
+            if not (isinstance(boot_id, str) and isinstance(boottime, int | float) and math.isfinite(boottime)):
+                boot_id, boottime = "", None  # no boot clock reading of its own: measured on the wall clock
+            out[sid] = OrphanSeen(first_seen=float(first), pod_uid=uid, created_at=created, boot_id=boot_id,
+                                  boottime=None if boottime is None else float(boottime))
         return out
 
     def save_running_orphans(self, *, seen: dict[str, OrphanSeen], forget: Iterable[str] = ()) -> None:
@@ -280,9 +302,10 @@ class Ledger:
             for sid in forget:
                 db.execute("DELETE FROM running_orphans WHERE sandbox_id = ?", (_enc(sid),))
             for sid, rec in seen.items():
-                db.execute("INSERT OR REPLACE INTO running_orphans (sandbox_id, pod_uid, created_at, first_seen)"
-                           " VALUES (?, ?, ?, ?)", tuple(_enc(v) for v in (sid, rec.pod_uid, rec.created_at,
-                                                                            rec.first_seen)))
+                db.execute("INSERT OR REPLACE INTO running_orphans (sandbox_id, pod_uid, created_at, first_seen,"
+                           " boot_id, boottime) VALUES (?, ?, ?, ?, ?, ?)",
+                           tuple(_enc(v) for v in (sid, rec.pod_uid, rec.created_at, rec.first_seen,
+                                                   rec.boot_id or None, rec.boottime if rec.boot_id else None)))
 
     def prune(self, *, before: float) -> Pruned:
         """Drop closed and released items last seen before `before`, and history rows older than that
@@ -316,6 +339,16 @@ class Ledger:
         rows = self._read(_SELECT_HISTORY + where + " ORDER BY id DESC LIMIT ?", [*args, limit])
         return [HistoryRow(_shown(r[0]), _shown(r[1]), r[2], _shown_opt(r[3]), _shown(r[4]), _shown(r[5]),
                            _shown_opt(r[6])) for r in reversed(rows)]
+
+
+def _migrate(db: sqlite3.Connection, step: str | _AddColumn) -> None:
+    if isinstance(step, str):
+        db.execute(step)
+        return
+    # The names are the fixed ones of MIGRATIONS, never input.
+    columns = {r[1] for r in db.execute(f"PRAGMA table_info({step.table})")}
+    if step.column not in columns:
+        db.execute(f"ALTER TABLE {step.table} ADD COLUMN {step.column} {step.decl}")
 
 
 # -- files ------------------------------------------------------------------------------------------

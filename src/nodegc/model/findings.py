@@ -46,7 +46,7 @@ _NOT_RESIDUE = frozenset({FindingClass.IN_USE, FindingClass.PROTECTED, FindingCl
                           FindingClass.RUNNING_ORPHAN, FindingClass.RUNTIME_LEFTOVER})
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Owner:
     uid: str | None = None
     namespace: str | None = None
@@ -63,7 +63,7 @@ class Owner:
         return "(no owner)"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Finding:
     cls: FindingClass
     kind: Kind

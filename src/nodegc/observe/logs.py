@@ -1,6 +1,6 @@
 """Structured logs on stderr: JSON for machines, key=value colours for a person at a terminal.
 
-Libraries that log through the standard `logging` module (lightkube, httpx2, httpcore2, grpc) go through
+Libraries that log through the standard `logging` module (lightkube, httpx2, httpcore2, hpack) go through
 the same renderer into the same stream, with their logger name kept under "logger"; below debug they
 speak from warning up (httpx2 logs every request at info).
 """
@@ -13,7 +13,7 @@ from typing import Any, TextIO, cast
 
 import structlog
 
-THIRD_PARTY = ("lightkube", "httpx2", "httpcore2", "httpx", "httpcore", "grpc", "asyncio")
+THIRD_PARTY = ("lightkube", "httpx2", "httpcore2", "httpx", "httpcore", "h2", "hpack", "asyncio")
 
 
 def configure_logging(level: str = "info", *, json_output: bool | None = None) -> None:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from nodegc.model.findings import Finding, FindingClass, Owner
 from nodegc.model.pods import OwnerState, Pod
-from nodegc.model.resources import Inventory, Kind, NetnsEntry
+from nodegc.model.resources import Inventory, Kind, NetnsEntry, VethLink
 from nodegc.model.runtime import RuntimeLeftover, RuntimeSandbox, RuntimeView
 from nodegc.planning.context import HOLDING, Context, short
 from nodegc.planning.owners import entry_key, netns_key, normalize_ip
@@ -162,6 +162,96 @@ _Tie = tuple[str | None, float | None, tuple[str, ...]]
 """An attachment's sandbox id (or None), its age stamp and its IPs."""
 
 
+@dataclass(frozen=True)
+class _Indexes:
+    """What a pass over the runtime's view needs that no namespace read changes, built once a scan: detect's
+    second correlation takes it whole from the first (`_Runtime(previous=...)`)."""
+
+    by_id: dict[str, RuntimeSandbox]
+    by_pod: dict[str, list[RuntimeSandbox]]
+    """Each pod's sandboxes, oldest first."""
+    live_containers: dict[str, int]
+    """Running or created containers by sandbox id."""
+    by_netns: dict[str, RuntimeSandbox]
+    """Sandboxes by the key of the netns path the runtime reports (where the runtime says it is)."""
+    ready_ips: set[str]
+    horizon: float
+    """Anything born after this can be younger than one of the two photographs."""
+    who: str
+    files_of: dict[tuple[Kind, str], _Tie]
+    """The ties of the attachments recorded in files and rules."""
+    holders: dict[str, set[str]]
+    """The container ids holding each reserved address."""
+    cri_networks: set[str]
+    networks: _Networks
+    veths: dict[str, VethLink]
+
+    @classmethod
+    def of(cls, ctx: Context, view: RuntimeView) -> _Indexes:
+        inv = ctx.inv
+        by_id = view.by_id()
+        by_pod: dict[str, list[RuntimeSandbox]] = defaultdict(list)
+        for sb in view.sandboxes:
+            by_pod[sb.pod_uid].append(sb)
+        for sbs in by_pod.values():
+            sbs.sort(key=lambda s: (s.created_at.timestamp() if s.created_at else float("inf"), s.attempt))
+        live_containers: dict[str, int] = defaultdict(int)
+        for c in view.containers:
+            if c.state in ("running", "created"):
+                live_containers[c.sandbox_id] += 1
+        photo = min(ctx.now, ctx.desired.fetched_at.timestamp())
+        read = view.read_at.timestamp() if view.read_at else ctx.now
+        files_of, holders = _files(inv)
+        known = set(by_id)
+        return cls(
+            by_id=by_id,
+            by_pod=by_pod,
+            live_containers=live_containers,
+            # Two sandboxes may name one path (a dead sandbox's, reused by its pod's new one): a READY one wins.
+            by_netns={k: sb for sb in sorted(view.sandboxes, key=lambda s: s.ready)
+                      if (k := netns_key(sb.netns_path))},
+            ready_ips={ip for sb in view.sandboxes if sb.ready for ip in (normalize_ip(i) for i in sb.ips) if ip},
+            horizon=min(photo, read) - ctx.policy.min_age_seconds,
+            who=f"{view.runtime_name or 'runtime'} {view.runtime_version or ''}".strip(),
+            files_of=files_of,
+            holders=holders,
+            cri_networks={r.network for r in inv.ip_reservations if r.container_id in known}
+            | {e.network for e in inv.cni_cache if e.container_id in known},
+            networks=_Networks.of(inv),
+            veths={link.name: link for link in inv.veths},
+        )
+
+
+def _files(inv: Inventory) -> tuple[dict[tuple[Kind, str], _Tie], dict[str, set[str]]]:
+    """The ties of the attachments recorded in files and rules (they do not depend on the namespaces),
+    and the container ids holding each reserved address."""
+    out: dict[tuple[Kind, str], _Tie] = {}
+    for r in inv.ip_reservations:
+        out[(Kind.IP_RESERVATION, f"{r.network}/{r.ip}")] = (r.container_id, r.mtime, (r.ip,))
+    for e in inv.cni_cache:
+        out[(Kind.CNI_CACHE, e.path)] = (e.container_id, e.mtime, e.ips)
+    mtimes: dict[str, float] = {}
+    for cid, mt in [(r.container_id, r.mtime) for r in inv.ip_reservations] + [
+            (e.container_id, e.mtime) for e in inv.cni_cache]:
+        if cid:
+            mtimes[cid] = max(mtimes.get(cid, mt), mt)
+    ips: dict[str, tuple[str, ...]] = {}
+    for cid, _, found in out.values():
+        if cid:  # every file of the container counts: a chain's rules may name any of its addresses
+            ips[cid] = tuple(dict.fromkeys((*ips.get(cid, ()), *found)))
+    for ch in inv.chains:
+        cid = ch.container_id
+        out[(Kind.IPTABLES_CHAIN, ch.name)] = (cid, mtimes.get(cid or ""), ips.get(cid or "", ()))
+    for rule in inv.hostport_rules:
+        cid = rule.container_id
+        out[(Kind.HOSTPORT_RULE, hostport_rule_id(rule))] = (cid, mtimes.get(cid or ""), ips.get(cid or "", ()))
+    holders: dict[str, set[str]] = defaultdict(set)
+    for r in inv.ip_reservations:
+        if (ip := normalize_ip(r.ip)) is not None:
+            holders[ip].add(r.container_id or "")
+    return out, holders
+
+
 class _Runtime:
     def __init__(self, ctx: Context, view: RuntimeView, *, complete: bool = True,
                  previous: _Runtime | None = None) -> None:
@@ -176,58 +266,14 @@ class _Runtime:
         self.netns_keys = {ns.path: entry_key(ns) for ns in ctx.inv.netns}
         self.not_theirs: dict[str, RuntimeSandbox] = {}
         """Netns paths tied by address to a sandbox the runtime lists with another netns path."""
-        if previous is not None and previous.complete == complete:
-            self._take(previous)
-        else:
-            self._index()
-        self.cid_of = self._container_ids()
-
-    def _index(self) -> None:
-        ctx, view = self.ctx, self.view
-        self.by_id = view.by_id()
-        self.by_pod: dict[str, list[RuntimeSandbox]] = defaultdict(list)
-        for sb in view.sandboxes:
-            self.by_pod[sb.pod_uid].append(sb)
-        for sbs in self.by_pod.values():
-            sbs.sort(key=lambda s: (s.created_at.timestamp() if s.created_at else float("inf"), s.attempt))
-        self.live_containers: dict[str, int] = defaultdict(int)
-        for c in view.containers:
-            if c.state in ("running", "created"):
-                self.live_containers[c.sandbox_id] += 1
-        # Two sandboxes may name one path (a dead sandbox's, reused by its pod's new one): a READY one wins.
-        self.by_netns = {k: sb for sb in sorted(view.sandboxes, key=lambda s: s.ready)
-                         if (k := netns_key(sb.netns_path))}
-        """Sandboxes by the key of the netns path the runtime reports (where the runtime says it is)."""
-        self.ready_ips = {ip for sb in view.sandboxes if sb.ready for ip in (normalize_ip(i) for i in sb.ips) if ip}
-        photo = min(ctx.now, ctx.desired.fetched_at.timestamp())
-        read = view.read_at.timestamp() if view.read_at else ctx.now
-        self.horizon = min(photo, read) - ctx.policy.min_age_seconds
-        """Anything born after this can be younger than one of the two photographs."""
-        self.who = f"{view.runtime_name or 'runtime'} {view.runtime_version or ''}".strip()
-        self.files_of, self.holders = self._files()
-        inv = ctx.inv
-        known = set(self.by_id)
-        self.cri_networks = {r.network for r in inv.ip_reservations if r.container_id in known}
-        self.cri_networks |= {e.network for e in inv.cni_cache if e.container_id in known}
-        self.networks = _Networks.of(inv)
-        self._veths = {link.name: link for link in inv.veths}
         self.own: tuple[Finding, ...] | None = None
         """The sandboxes' and leftovers' findings: they depend on no other finding and no namespace."""
-
-    def _take(self, previous: _Runtime) -> None:
-        self.by_id = previous.by_id
-        self.by_pod = previous.by_pod
-        self.live_containers = previous.live_containers
-        self.by_netns = previous.by_netns
-        self.ready_ips = previous.ready_ips
-        self.horizon = previous.horizon
-        self.who = previous.who
-        self.files_of = previous.files_of
-        self.holders = previous.holders
-        self.cri_networks = previous.cri_networks
-        self.networks = previous.networks
-        self._veths = previous._veths
-        self.own = previous.own
+        self.index: _Indexes
+        if previous is not None and previous.complete == complete:
+            self.index, self.own = previous.index, previous.own
+        else:
+            self.index = _Indexes.of(ctx, view)
+        self.cid_of = self._container_ids()
 
     def run(self) -> None:
         revised = [self._revise(f) for f in self.ctx.findings]
@@ -251,7 +297,7 @@ class _Runtime:
         directories stay (its processes may use them); they are reclaimed once it is gone."""
         # A container the runtime lists names its sandbox: that sandbox's dirs are the runtime's too, even
         # when the sandbox itself is not listed (listed between the two calls, or not loaded at recovery).
-        known = set(self.by_id) | {i for c in self.view.containers for i in (c.id, c.sandbox_id) if i}
+        known = set(self.index.by_id) | {i for c in self.view.containers for i in (c.id, c.sandbox_id) if i}
         shims = {left.id: left for left in self.view.leftovers if left.what == "shim"}
         busy = {i: left.busy for left in self.view.leftovers if left.what == "task_dir" and left.busy
                 for i in (left.id, left.sandbox_id) if i}
@@ -289,7 +335,7 @@ class _Runtime:
     def _leftover(self, left: RuntimeLeftover, known: set[str], shims: dict[str, RuntimeLeftover],
                   busy: dict[str, str], blind: str | None = None) -> Finding:
         state = "mounted" if left.mounted else f"pid {left.pid}" if left.pid else "not mounted"
-        why = (f"{left.what} of id {short(left.id) or '?'} ({state}): the runtime ({self.who}) lists no such"
+        why = (f"{left.what} of id {short(left.id) or '?'} ({state}): the runtime ({self.index.who}) lists no such"
                " sandbox or container")
 
         def finding(cls: FindingClass, note: str) -> Finding:
@@ -297,7 +343,7 @@ class _Runtime:
             return Finding(cls, Kind.RUNTIME_LEFTOVER, left.path, Owner(container_id=left.id or None),
                            OwnerState.ABSENT, (why, note), sandbox=left.id if residue else None)
 
-        young = left.mtime is None or left.mtime > self.horizon
+        young = left.mtime is None or left.mtime > self.index.horizon
         starting = self._starting_without_sandbox(left)
         if left.problem:
             return finding(FindingClass.RUNTIME_LEFTOVER, f"not reclaimed: {left.problem}")
@@ -334,49 +380,19 @@ class _Runtime:
 
     # -- which sandbox an attachment belongs to -----------------------------------------------------
 
-    def _files(self) -> tuple[dict[tuple[Kind, str], _Tie], dict[str, set[str]]]:
-        """The ties of the attachments recorded in files and rules (they do not depend on the namespaces),
-        and the container ids holding each reserved address."""
-        inv = self.ctx.inv
-        out: dict[tuple[Kind, str], _Tie] = {}
-        for r in inv.ip_reservations:
-            out[(Kind.IP_RESERVATION, f"{r.network}/{r.ip}")] = (r.container_id, r.mtime, (r.ip,))
-        for e in inv.cni_cache:
-            out[(Kind.CNI_CACHE, e.path)] = (e.container_id, e.mtime, e.ips)
-        mtimes: dict[str, float] = {}
-        for cid, mt in [(r.container_id, r.mtime) for r in inv.ip_reservations] + [
-                (e.container_id, e.mtime) for e in inv.cni_cache]:
-            if cid:
-                mtimes[cid] = max(mtimes.get(cid, mt), mt)
-        ips: dict[str, tuple[str, ...]] = {}
-        for cid, _, found in out.values():
-            if cid:  # every file of the container counts: a chain's rules may name any of its addresses
-                ips[cid] = tuple(dict.fromkeys((*ips.get(cid, ()), *found)))
-        for ch in inv.chains:
-            cid = ch.container_id
-            out[(Kind.IPTABLES_CHAIN, ch.name)] = (cid, mtimes.get(cid or ""), ips.get(cid or "", ()))
-        for rule in inv.hostport_rules:
-            cid = rule.container_id
-            out[(Kind.HOSTPORT_RULE, hostport_rule_id(rule))] = (cid, mtimes.get(cid or ""), ips.get(cid or "", ()))
-        holders: dict[str, set[str]] = defaultdict(set)
-        for r in inv.ip_reservations:
-            if (ip := normalize_ip(r.ip)) is not None:
-                holders[ip].add(r.container_id or "")
-        return out, holders
-
     def _container_ids(self) -> dict[tuple[Kind, str], _Tie]:
         """(kind, finding id) -> (sandbox id, age stamp, IPs) for every attachment of the scan."""
         inv = self.ctx.inv
-        out = dict(self.files_of)
-        holders = self.holders
+        out = dict(self.index.files_of)
+        holders = self.index.holders
         for ns in inv.netns:
             key = entry_key(ns)
-            sb = self.by_netns.get(key)
+            sb = self.index.by_netns.get(key)
             entries = self.ctx.cache.by_netns.get(key, [])
             cid = sb.id if sb else (entries[0].container_id if len({e.container_id for e in entries}) == 1 else None)
             if sb is None and not entries:
                 cid = _holder_of_addresses(ns, holders)
-                held_by = self.by_id.get(cid or "")
+                held_by = self.index.by_id.get(cid or "")
                 if held_by is not None and (named := netns_key(held_by.netns_path)) and named != key:
                     # The sandbox whose reservations hold its addresses names another netns: this one is not
                     # that sandbox's (a dead sandbox's namespace holding an address given out again).
@@ -394,7 +410,7 @@ class _Runtime:
     def _revise(self, f: Finding) -> Finding:
         if f.kind not in _RESIDUE_OF:
             return f
-        sb = self.by_netns.get(self.netns_keys.get(f.id, "")) if f.kind is Kind.NETNS else None
+        sb = self.index.by_netns.get(self.netns_keys.get(f.id, "")) if f.kind is Kind.NETNS else None
         if sb is not None and (sb.ready or f.cls is not FindingClass.CONFLICT):
             # Where the runtime says a READY sandbox's netns is decides, over what cache entries or the
             # addresses inside suggested (the conflict stays on the entry that names it wrongly).
@@ -412,7 +428,7 @@ class _Runtime:
             # Tied to no id, yet a READY sandbox's address is inside (its own netns, keyed otherwise than its
             # path, of a terminal pod the kubelet has not stopped yet): never residue.
             return self._ready_address(f, ips)
-        sb = self.by_id.get(cid)
+        sb = self.index.by_id.get(cid)
         if sb is not None:
             return self._tied(f, sb, f"container id {short(cid)} is sandbox {short(cid)} in the runtime")
         if not self.complete:
@@ -425,7 +441,7 @@ class _Runtime:
         if f.kind is Kind.NETNS:
             return self.not_theirs.get(f.id)
         if f.kind is Kind.VETH:
-            link = self._veths.get(f.id)
+            link = self.index.veths.get(f.id)
             return self.not_theirs.get(link.peer_netns_path or "") if link is not None else None
         return None
 
@@ -438,9 +454,9 @@ class _Runtime:
 
     def _ready_address(self, f: Finding, ips: tuple[str, ...]) -> Finding:
         """Residue holding a READY sandbox's address is kept (`conflict`): a live sandbox's address is never taken."""
-        if not f.cls.is_residue or not self.ready_ips:
+        if not f.cls.is_residue or not self.index.ready_ips:
             return f
-        hit = [ip for ip in (normalize_ip(i) for i in ips) if ip and ip in self.ready_ips]
+        hit = [ip for ip in (normalize_ip(i) for i in ips) if ip and ip in self.index.ready_ips]
         if hit and f.cls.is_residue:
             return dataclasses.replace(f, cls=FindingClass.CONFLICT,
                                        evidence=(*f.evidence, f"{hit[0]} is a READY sandbox's address"))
@@ -475,35 +491,35 @@ class _Runtime:
         if f.kind is Kind.IP_RESERVATION:
             return {f.id.split("/", 1)[0]}
         if f.kind is Kind.CNI_CACHE:
-            network = self.networks.cache.get(f.id)
+            network = self.index.networks.cache.get(f.id)
             return {network} if network else set()
-        if f.kind is Kind.IPTABLES_CHAIN and (network := self.networks.chains.get(f.id)):
+        if f.kind is Kind.IPTABLES_CHAIN and (network := self.index.networks.chains.get(f.id)):
             return {network}
-        if f.kind is Kind.HOSTPORT_RULE and (network := self.networks.rules.get(f.id)):
+        if f.kind is Kind.HOSTPORT_RULE and (network := self.index.networks.rules.get(f.id)):
             return {network}
         nets = {e.network for e in self.ctx.cache.by_container.get(cid, [])}
-        return nets | self.networks.reservations.get(cid, set())
+        return nets | self.index.networks.reservations.get(cid, set())
 
     def _unknown_to_runtime(self, f: Finding, cid: str, mtime: float | None, ips: tuple[str, ...]) -> Finding:
         networks = self._networks_of(f, cid)
-        if not networks or not networks <= self.cri_networks:
+        if not networks or not networks <= self.index.cri_networks:
             # Not (provably) networks of the runtime's sandboxes only: another CNI user's (nerdctl, podman,
             # a VM), whose containers the runtime cannot know. Its word says nothing here.
             return f
-        why = f"container id {short(cid)} names no sandbox the runtime ({self.who}) knows"
+        why = f"container id {short(cid)} names no sandbox the runtime ({self.index.who}) knows"
         keep = self._netns_of_another_sandbox(f, cid) or self._add_may_run(f, cid, mtime)
         if keep:
             cls = FindingClass.CONFLICT if keep.startswith("its netns") else FindingClass.PROTECTED
             return dataclasses.replace(f, cls=cls if f.cls.is_residue or f.cls is FindingClass.IN_USE else f.cls,
                                        evidence=(*f.evidence, why, keep))
         normalized = [ip for ip in (normalize_ip(i) for i in ips) if ip]
-        claimed = [ip for ip in normalized if ip in self.ctx.pods.claims or ip in self.ready_ips]
+        claimed = [ip for ip in normalized if ip in self.ctx.pods.claims or ip in self.index.ready_ips]
         if claimed:
             note = f"but {claimed[0]} is a live pod's or a READY sandbox's address"
             cls = FindingClass.CONFLICT if f.cls.is_residue else f.cls
             return dataclasses.replace(f, cls=cls, evidence=(*f.evidence, why, note))
         owner = dataclasses.replace(f.owner, container_id=cid)
-        if mtime is None or mtime > self.horizon:
+        if mtime is None or mtime > self.index.horizon:
             note = "younger than the runtime's and the API's photographs allow to judge"
             cls = FindingClass.PROTECTED if f.cls.is_residue or f.cls in (
                 FindingClass.IN_USE, FindingClass.UNKNOWN) else f.cls
@@ -517,7 +533,7 @@ class _Runtime:
         another pod's): its CNI DEL would run inside that sandbox."""
         if f.kind is not Kind.CNI_CACHE:
             return None
-        sb = self.by_netns.get(netns_key(f.netns) or "")
+        sb = self.index.by_netns.get(netns_key(f.netns) or "")
         if sb is None or sb.id == cid:  # its own NotReady sandbox's netns: where its teardown would run too
             return None
         return f"its netns {f.netns} is the runtime's sandbox {short(sb.id)}'s: a DEL there would cut it"
@@ -529,7 +545,7 @@ class _Runtime:
         or young enough for an ADD to still run, may be that sandbox's."""
         if f.kind is not Kind.IP_RESERVATION or self.ctx.cache.by_container.get(cid):
             return None
-        starting = [p for p in self.ctx.pods.unsettled if p.uid not in self.by_pod]
+        starting = [p for p in self.ctx.pods.unsettled if p.uid not in self.index.by_pod]
         if starting:
             return (f"pod {starting[0].namespace}/{starting[0].name} is starting and the runtime shows no sandbox"
                     " for it yet: this may be its ADD")
@@ -542,7 +558,7 @@ class _Runtime:
         """RunPodSandbox makes the sandbox's directories and starts its shim before the runtime lists the
         sandbox (at its very end): while a pod on this node is starting with no sandbox listed, a leftover
         younger than the ADD settle time may be that sandbox's."""
-        starting = [p for p in self.ctx.pods.unsettled if p.uid not in self.by_pod]
+        starting = [p for p in self.ctx.pods.unsettled if p.uid not in self.index.by_pod]
         settle = max(self.ctx.policy.add_settle_seconds, self.ctx.policy.min_age_seconds)
         if not starting or (left.mtime is not None and left.mtime < min(self.ctx.now, self.ctx.photo) - settle):
             return None
@@ -553,7 +569,7 @@ class _Runtime:
         pod = self.ctx.pods.by_uid.get(sb.pod_uid)
         if pod is None or pod.state not in HOLDING:
             return False
-        return self.by_pod[sb.pod_uid][-1].id == sb.id and pod.state is not OwnerState.LIVE
+        return self.index.by_pod[sb.pod_uid][-1].id == sb.id and pod.state is not OwnerState.LIVE
 
     # -- the sandboxes themselves -------------------------------------------------------------------
 
@@ -563,9 +579,9 @@ class _Runtime:
                       container_id=sb.id)
         state = pod.state if pod is not None else OwnerState.ABSENT
         made = sb.created_at.timestamp() if sb.created_at else None
-        young = made is None or made > self.horizon
+        young = made is None or made > self.index.horizon
         evidence: tuple[str, ...] = (f"sandbox {short(sb.id)} of {owner.label()} is "
-                                     f"{'READY' if sb.ready else 'NotReady'} in {self.who}",)
+                                     f"{'READY' if sb.ready else 'NotReady'} in {self.index.who}",)
         def finding(cls: FindingClass, *notes: str, sandbox: str | None = None) -> Finding:
             if not self.complete and cls not in (FindingClass.IN_USE, FindingClass.UNKNOWN):
                 cls, sandbox = FindingClass.PROTECTED, None
@@ -585,7 +601,7 @@ class _Runtime:
                 return finding(FindingClass.RUNNING_ORPHAN, "its pod is not in the API: reported, not stopped")
             return finding(FindingClass.IN_USE if pod is not None else FindingClass.PROTECTED,
                            "READY" if pod is not None else "its pod is not in the API yet or any more (young)")
-        running = self.live_containers.get(sb.id, 0)
+        running = self.index.live_containers.get(sb.id, 0)
         if running:
             return finding(FindingClass.UNKNOWN, f"NotReady, yet {running} of its containers are not exited")
         if young:
@@ -596,7 +612,7 @@ class _Runtime:
             return finding(FindingClass.ORPHANED_SANDBOX, "NotReady and its pod is not in the API", sandbox=sb.id)
         if pod.state is OwnerState.TERMINAL:
             return finding(FindingClass.ORPHANED_SANDBOX, f"NotReady and its pod is {pod.phase}", sandbox=sb.id)
-        if self.by_pod[sb.pod_uid][-1].id != sb.id:
+        if self.index.by_pod[sb.pod_uid][-1].id != sb.id:
             return finding(FindingClass.ORPHANED_SANDBOX, "NotReady and not its live pod's newest sandbox",
                            sandbox=sb.id)
         return finding(FindingClass.PROTECTED, "NotReady, the newest sandbox of a pod that still exists")

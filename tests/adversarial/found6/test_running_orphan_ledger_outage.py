@@ -12,7 +12,7 @@ from pathlib import Path
 from nodegc.engine.orphans import RunningOrphans
 from nodegc.ledger.store import Ledger, LedgerError, OrphanSeen
 from nodegc.model.findings import FindingClass
-from tests.unit.test_running_orphans import GRACE, T0, A, B, finding, sandbox, view
+from tests.unit.test_running_orphans import GRACE, NO_BOOT_CLOCK, T0, A, B, finding, sandbox, view
 
 
 class Outage:
@@ -36,7 +36,7 @@ class Outage:
 def test_a_record_forgotten_during_an_outage_does_not_come_back(tmp_path: Path) -> None:
     with Ledger(tmp_path / "ledger.db") as ledger:
         store = Outage(ledger)
-        orphans = RunningOrphans(grace_seconds=GRACE, store=store)
+        orphans = RunningOrphans(grace_seconds=GRACE, store=store, boot_clock=NO_BOOT_CLOCK)
         orphans.observe([finding(A)], T0, view=view(sandbox(A)))
         store.down = True
         # The pod is back in the API: no orphan any more (the ledger cannot be told).
@@ -50,7 +50,7 @@ def test_a_record_forgotten_during_an_outage_does_not_come_back(tmp_path: Path) 
 def test_a_record_begun_during_an_outage_is_written_when_the_ledger_answers(tmp_path: Path) -> None:
     with Ledger(tmp_path / "ledger.db") as ledger:
         store = Outage(ledger)
-        orphans = RunningOrphans(grace_seconds=GRACE, store=store)
+        orphans = RunningOrphans(grace_seconds=GRACE, store=store, boot_clock=NO_BOOT_CLOCK)
         store.down = True
         orphans.observe([finding(B, uid="u-b")], T0, view=view(sandbox(B, "u-b")))
         store.down = False

@@ -1,34 +1,63 @@
-"""A bounded gRPC client for the CRI RuntimeService on the runtime's unix socket.
+"""A bounded unary gRPC client for the CRI RuntimeService on the runtime's unix socket.
 
-Every call has a deadline. Failures split in two: the runtime could not be asked (no socket, refused,
-deadline, UNAVAILABLE) is `RuntimeUnavailable`, which callers treat as "the runtime's word is missing";
-any other status is `RuntimeCallError`. NOT_FOUND on a status, stop or remove is an answer, not a failure.
+gRPC over HTTP/2 is spoken directly with the `h2` state machine on a blocking unix socket: one
+connection per client, reused by its calls (one at a time), with a request of one length-prefixed
+message (`content-type: application/grpc`, `te: trailers`, `grpc-timeout`) and a reply of one message
+and its trailers (or trailers only). Every call has one deadline (the client's timeout) over connect,
+send and receive: a peer that accepts and says nothing, stops in the middle of a frame or never sends
+its trailers ends the call at the deadline, never later.
 
-grpc is imported when the first client is made, not with this module: the endpoint helpers and the
-error types are all a node without a runtime socket needs, and grpc alone is about 13 MiB of memory.
+Failures split in two: the runtime could not be asked (no socket, refused, reset, closed, GOAWAY before
+the reply, deadline, UNAVAILABLE) is `RuntimeUnavailable`, which callers treat as "the runtime's word is
+missing"; any other status (or a reply that breaks the protocol) is `RuntimeCallError`. NOT_FOUND on a
+status, stop or remove is an answer, not a failure. After any failure but a status the connection is
+dropped and the next call opens a new one; so it is when the socket path no longer leads to the socket file
+it was opened through (a runtime restarted on the path, while the old process still serves what it had).
+
+h2 is imported when the first client is made, not with this module: the endpoint helpers and the error
+types are all a node without a runtime socket needs.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import select
+import socket
 import stat
+import threading
+import time
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from nodegc.inventory.cri.messages import SERVICE, message, message_class
+
+if TYPE_CHECKING:
+    import h2.connection
 
 DEFAULT_ENDPOINT = "unix:///run/containerd/containerd.sock"
 CRIO_ENDPOINT = "unix:///var/run/crio/crio.sock"
 DEFAULT_TIMEOUT = 10.0
-_MAX_MESSAGE = 16 * 1024 * 1024  # what the kubelet allows
+MAX_MESSAGE = 16 * 1024 * 1024  # what the kubelet allows a reply to be
+_AUTHORITY = "localhost"  # what grpc-go and the kubelet send on a unix socket
+_READ = 64 * 1024
 
-if TYPE_CHECKING:
-    import grpc
+# grpc status codes (https://grpc.github.io/grpc/core/md_doc_statuscodes.html), by number.
+STATUS_NAMES = (
+    "OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND", "ALREADY_EXISTS",
+    "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE",
+    "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED",
+)
+# An HTTP status other than 200 without a grpc-status, as gRPC maps it (doc/http-grpc-status-mapping.md).
+_HTTP_STATUS = {400: "INTERNAL", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "UNIMPLEMENTED",
+                429: "UNAVAILABLE", 502: "UNAVAILABLE", 503: "UNAVAILABLE", 504: "UNAVAILABLE"}
+# RST_STREAM error codes (RFC 9113 section 7), as gRPC maps them; any other is INTERNAL.
+_RESET = {0x7: "UNAVAILABLE", 0x8: "CANCELLED", 0xB: "RESOURCE_EXHAUSTED", 0xC: "PERMISSION_DENIED"}
 
 
 class CRIError(Exception):
-    """Base of the runtime client's errors; keeps the gRPC code when there is one."""
+    """Base of the runtime client's errors; keeps the gRPC code name when there is one."""
 
     def __init__(self, message_: str, *, code: str | None = None) -> None:
         super().__init__(message_)
@@ -71,28 +100,88 @@ _UNAVAILABLE = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED", "CANCELLED"})
 """grpc status code names that mean the runtime could not be asked."""
 
 
-class RuntimeClient:
-    """One channel to the runtime; use as a context manager or call close()."""
+class _Failure(Exception):
+    """A call ended without a status from the runtime (the connection is no longer trusted)."""
 
-    def __init__(self, endpoint: str = DEFAULT_ENDPOINT, *, timeout: float = DEFAULT_TIMEOUT) -> None:
+    def __init__(self, code: str, text: str) -> None:
+        super().__init__(text)
+        self.code = code
+
+
+def _timeout_header(seconds: float) -> str:
+    """grpc-timeout: at most 8 digits and a unit."""
+    ms = max(1, int(seconds * 1000))
+    return f"{ms}m" if ms < 10**8 else f"{min(10**8 - 1, int(seconds))}S"
+
+
+def _error_name(code: Any) -> str:
+    """An HTTP/2 error code as RFC 9113 names it (NO_ERROR, PROTOCOL_ERROR...), or its number."""
+    return str(getattr(code, "name", code))
+
+
+def _decode_message(raw: bytes) -> str:
+    """grpc-message is percent-encoded UTF-8; shown at most 200 characters, never raising."""
+    from urllib.parse import unquote_to_bytes
+
+    return unquote_to_bytes(raw).decode("utf-8", "replace")[:200]
+
+
+class _Reply:
+    """What one stream received: headers, the message bytes, the trailers, how it ended."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.headers: dict[bytes, bytes] | None = None
+        self.trailers: dict[bytes, bytes] | None = None
+        self.body = bytearray()
+        self.ended = False
+        self.reset: int | None = None
+        self.window_opened = False
+
+    def add(self, data: bytes) -> None:
+        self.body += data
+        if len(self.body) >= 5:
+            if self.body[0] != 0:
+                raise _Failure("INTERNAL", f"the reply has the compressed flag {self.body[0]}: "
+                                           "compression was not asked for and is not supported")
+            size = int.from_bytes(self.body[1:5], "big")
+            if size > self.limit:
+                raise _Failure("RESOURCE_EXHAUSTED",
+                               f"received message larger than max ({size} vs. {self.limit})")
+            if len(self.body) > 5 + size:
+                raise _Failure("INTERNAL", "more than one message in a unary reply")
+
+
+class RuntimeClient:
+    """One HTTP/2 connection to the runtime, opened on the first call; a context manager or close().
+
+    Calls from several threads are served one at a time (waiting for the connection counts against the
+    waiting call's deadline)."""
+
+    def __init__(self, endpoint: str = DEFAULT_ENDPOINT, *, timeout: float = DEFAULT_TIMEOUT,
+                 max_message: int = MAX_MESSAGE) -> None:
         self.endpoint = endpoint
         self.timeout = timeout
-        self._target = f"unix://{socket_path(endpoint)}"
-        import grpc
+        self.max_message = max_message
+        self._path = str(socket_path(endpoint))
+        import h2.config
+        import h2.connection
+        import h2.events
+        import h2.exceptions
+        import h2.settings
 
-        self._grpc = grpc
-        self._channel = grpc.insecure_channel(
-            self._target,
-            options=[
-                ("grpc.max_receive_message_length", _MAX_MESSAGE),
-                ("grpc.enable_retries", 0),
-                ("grpc.initial_reconnect_backoff_ms", 100),
-                ("grpc.max_reconnect_backoff_ms", 1000),
-            ],
-        )
+        self._h2 = h2
+        self._sock: socket.socket | None = None
+        self._conn: h2.connection.H2Connection | None = None
+        self._bound: tuple[int, int] | None = None
+        """(device, inode) of the socket file the path led to when the connection was opened."""
+        self._lock = threading.Lock()
+        self.connections = 0
+        """Connections opened so far (one per client while the runtime stays up)."""
 
     def close(self) -> None:
-        self._channel.close()
+        with self._lock:
+            self._drop()
 
     def __enter__(self) -> RuntimeClient:
         return self
@@ -104,22 +193,229 @@ class RuntimeClient:
 
     def call(self, method: str, request: Any, response: str, *, timeout: float | None = None) -> Any:
         """One unary call, bounded by the client's timeout; errors become the client's own."""
-        rpc: grpc.UnaryUnaryMultiCallable[Any, Any] = self._channel.unary_unary(
-            f"{SERVICE}/{method}",
-            request_serializer=lambda m: m.SerializeToString(),
-            response_deserializer=message_class(response).FromString,
-        )
+        seconds = self.timeout if timeout is None else timeout
+        deadline = time.monotonic() + seconds
+        payload = request.SerializeToString()
+        if not self._lock.acquire(timeout=max(0.0, seconds)):
+            raise RuntimeUnavailable(f"{method} on {self.endpoint}: DEADLINE_EXCEEDED: another call held the "
+                                     f"connection for {seconds:g} s", code="DEADLINE_EXCEEDED")
         try:
-            return rpc(request, timeout=self.timeout if timeout is None else timeout)
-        except self._grpc.RpcError as e:
-            call = isinstance(e, self._grpc.Call)
-            code: grpc.StatusCode | None = e.code() if call else None
-            details = (e.details() if call else None) or str(e)
-            name = code.name if code is not None else None
-            text = f"{method} on {self.endpoint}: {name or 'error'}: {details[:200]}"
-            if name is None or name in _UNAVAILABLE:
-                raise RuntimeUnavailable(text, code=name) from e
-            raise RuntimeCallError(text, code=name) from e
+            try:
+                reply = self._unary(f"{SERVICE}/{method}", payload, deadline)
+            except _Failure as e:
+                self._drop()
+                self._raise(method, e.code, str(e), e)
+            except self._h2.exceptions.H2Error as e:
+                self._drop()
+                self._raise(method, "INTERNAL", f"HTTP/2 protocol error: {e!r}", e)
+            except TimeoutError as e:
+                self._drop()
+                self._raise(method, "DEADLINE_EXCEEDED", f"no reply within {seconds:g} s", e)
+            except OSError as e:
+                self._drop()
+                self._raise(method, "UNAVAILABLE", f"{type(e).__name__}: {e}", e)
+        finally:
+            self._lock.release()
+        code, text, body = self._status(reply)
+        if code != "OK":
+            self._raise(method, code, text, None)
+        if body is None:
+            self._raise(method, "INTERNAL", "the reply carries no message", None)
+        try:
+            return message_class(response).FromString(bytes(body))
+        except Exception as e:  # protobuf's DecodeError (or a message it cannot build)
+            self._raise(method, "INTERNAL", f"the reply is not a {response}: {e}", e)
+
+    def _raise(self, method: str, code: str, text: str, cause: BaseException | None) -> NoReturn:
+        full = f"{method} on {self.endpoint}: {code}: {text[:200]}"
+        error: CRIError = (RuntimeUnavailable if code in _UNAVAILABLE else RuntimeCallError)(full, code=code)
+        raise error from cause
+
+    def _status(self, reply: _Reply) -> tuple[str, str, bytes | None]:
+        """The call's status name, message and reply bytes (without the 5-byte prefix)."""
+        headers = reply.headers or {}
+        if reply.reset is not None:
+            return _RESET.get(reply.reset, "INTERNAL"), f"the runtime reset the stream (error {reply.reset})", None
+        trailers = reply.trailers if reply.trailers is not None else headers  # trailers-only
+        http = headers.get(b":status", b"")
+        raw = trailers.get(b"grpc-status")
+        if http != b"200" and (raw is None or raw.strip(b"0") == b""):
+            # gRPC fails any reply whose HTTP status is not 200, whatever it carries (a proxy's, or a
+            # runtime's going away); only an error status of its own is more precise
+            code = _HTTP_STATUS.get(int(http) if http.isdigit() else 0, "UNKNOWN")
+            return code, f"HTTP status {http.decode('ascii', 'replace')} without a grpc error status", None
+        if raw is None:
+            return "INTERNAL", "the reply ended without a grpc-status", None
+        number = int(raw) if raw.isdigit() else -1
+        code = STATUS_NAMES[number] if 0 <= number < len(STATUS_NAMES) else "UNKNOWN"
+        text = _decode_message(trailers.get(b"grpc-message", b"")) or code
+        if code != "OK":
+            return code, text, None
+        if not headers.get(b"content-type", b"").startswith(b"application/grpc"):
+            return "UNKNOWN", f"the reply's content-type is {headers.get(b'content-type', b'')!r}", None
+        if len(reply.body) < 5 or len(reply.body) != 5 + int.from_bytes(reply.body[1:5], "big"):
+            return "INTERNAL", f"the reply carries {len(reply.body)} bytes, not one whole message", None
+        return "OK", "", bytes(reply.body[5:])
+
+    # --- the connection ----------------------------------------------------------------------------
+
+    def _drop(self) -> None:
+        sock, self._sock, self._conn = self._sock, None, None
+        if sock is not None:
+            sock.close()
+
+    def _connected(self, deadline: float) -> tuple[socket.socket, h2.connection.H2Connection]:
+        if self._sock is not None and self._conn is not None:
+            same_file = self._bound is not None and self._bound == self._socket_file()
+            if same_file and not self._stale(self._sock, self._conn, deadline):
+                return self._sock, self._conn
+            self._drop()
+        # Taken before the connect: a path replaced in between is seen as replaced at the next call.
+        bound = self._socket_file()
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(self._left(deadline))
+            sock.connect(self._path)
+            h2 = self._h2
+            conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding=None))
+            conn.local_settings = h2.settings.Settings(client=True, initial_values={
+                h2.settings.SettingCodes.ENABLE_PUSH: 0,
+                h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: 64 * 1024,
+            })
+            conn.initiate_connection()
+            self._flush(sock, conn, deadline)
+            self._settled(sock, conn, deadline)
+        except BaseException:
+            sock.close()
+            raise
+        self._sock, self._conn, self._bound = sock, conn, bound
+        self.connections += 1
+        return sock, conn
+
+    def _socket_file(self) -> tuple[int, int] | None:
+        """The socket file the path leads to now: a runtime restarted on the path binds a new one, while the
+        old process may still serve the connection it had (and list only what it knew)."""
+        try:
+            st = os.stat(self._path)
+        except OSError:
+            return None
+        return st.st_dev, st.st_ino
+
+    def _settled(self, sock: socket.socket, conn: h2.connection.H2Connection, deadline: float) -> None:
+        """Waits for the runtime's SETTINGS (its preface): the windows and frame size a request must keep to."""
+        while True:
+            sock.settimeout(self._left(deadline))
+            data = sock.recv(_READ)
+            if not data:
+                raise _Failure("UNAVAILABLE", "the runtime closed the connection before its HTTP/2 preface")
+            events = conn.receive_data(data)
+            self._flush(sock, conn, deadline)
+            for event in events:
+                if isinstance(event, self._h2.events.ConnectionTerminated):
+                    raise _Failure("UNAVAILABLE", f"the runtime closed the connection (GOAWAY, error "
+                                                  f"{_error_name(event.error_code)}) before any call")
+                if isinstance(event, self._h2.events.RemoteSettingsChanged):
+                    return
+
+    def _stale(self, sock: socket.socket, conn: h2.connection.H2Connection, deadline: float) -> bool:
+        """Reads what the runtime sent while the connection was idle (pings, settings, GOAWAY, EOF):
+        True when the connection can no longer carry a call."""
+        poller = select.poll()
+        poller.register(sock, select.POLLIN)
+        try:
+            while poller.poll(0):
+                self._left(deadline)  # a runtime that never stops sending cannot hold the call here
+                data = sock.recv(_READ)
+                if not data:
+                    return True
+                for event in conn.receive_data(data):
+                    if isinstance(event, self._h2.events.ConnectionTerminated):
+                        return True
+                    if isinstance(event, self._h2.events.DataReceived):  # a stream given up on earlier
+                        conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+            self._flush(sock, conn, deadline)
+        except (OSError, self._h2.exceptions.H2Error):
+            return True
+        return conn.state_machine.state == self._h2.connection.ConnectionState.CLOSED
+
+    @staticmethod
+    def _left(deadline: float) -> float:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("deadline")
+        return left
+
+    def _flush(self, sock: socket.socket, conn: h2.connection.H2Connection, deadline: float) -> None:
+        data = conn.data_to_send()
+        if data:
+            sock.settimeout(self._left(deadline))
+            sock.sendall(data)
+
+    def _unary(self, path: str, payload: bytes, deadline: float) -> _Reply:
+        sock, conn = self._connected(deadline)
+        sid = conn.get_next_available_stream_id()
+        conn.send_headers(sid, [
+            (b":method", b"POST"), (b":scheme", b"http"), (b":path", path.encode()),
+            (b":authority", _AUTHORITY.encode()), (b"content-type", b"application/grpc"), (b"te", b"trailers"),
+            (b"grpc-timeout", _timeout_header(deadline - time.monotonic()).encode()),
+            (b"user-agent", b"nodegc-cri"),
+        ])
+        reply = _Reply(self.max_message)
+        body = memoryview(b"\x00" + len(payload).to_bytes(4, "big") + payload)
+        while True:  # the request, within the runtime's flow-control windows
+            size = min(len(body), conn.local_flow_control_window(sid), conn.max_outbound_frame_size)
+            if size > 0 or not body:
+                conn.send_data(sid, bytes(body[:size]), end_stream=size == len(body))
+                body = body[size:]
+                self._flush(sock, conn, deadline)
+                if not body:
+                    break
+                continue
+            reply.window_opened = False
+            while not reply.window_opened and not reply.ended:
+                self._receive(sock, conn, sid, reply, deadline)
+            if reply.ended:  # the runtime answered before the whole request was sent: the rest is not wanted
+                with contextlib.suppress(self._h2.exceptions.StreamClosedError):
+                    conn.reset_stream(sid, 0x8)  # CANCEL
+                self._flush(sock, conn, deadline)
+                break
+        while not reply.ended:
+            self._receive(sock, conn, sid, reply, deadline)
+        return reply
+
+    def _receive(self, sock: socket.socket, conn: h2.connection.H2Connection, sid: int, reply: _Reply,
+                 deadline: float) -> None:
+        ev = self._h2.events
+        sock.settimeout(self._left(deadline))
+        data = sock.recv(_READ)
+        if not data:
+            raise _Failure("UNAVAILABLE", "the runtime closed the connection before the reply ended")
+        for event in conn.receive_data(data):
+            if isinstance(event, ev.DataReceived):
+                # Acknowledged at once (the message is kept whole, bounded by the size cap): WINDOW_UPDATE
+                # frames let the runtime send on past the 64 KiB windows.
+                conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+                if event.stream_id == sid:
+                    reply.add(event.data)
+            elif isinstance(event, ev.WindowUpdated | ev.RemoteSettingsChanged):
+                reply.window_opened = True  # the connection's, the stream's, or a new initial window
+            elif getattr(event, "stream_id", sid) != sid:
+                continue  # a stream an earlier call gave up on
+            elif isinstance(event, ev.ResponseReceived):
+                reply.headers = dict(event.headers)
+            elif isinstance(event, ev.TrailersReceived):
+                reply.trailers = dict(event.headers)
+            elif isinstance(event, ev.StreamEnded):
+                reply.ended = True
+            elif isinstance(event, ev.StreamReset):
+                reply.reset, reply.ended = int(event.error_code if event.error_code is not None else 0x2), True
+            elif isinstance(event, ev.ConnectionTerminated):
+                if not reply.ended:
+                    why = f"GOAWAY, error {_error_name(event.error_code)}, last stream {event.last_stream_id}"
+                    raise _Failure("UNAVAILABLE", f"the runtime closed the connection ({why}) before the reply")
+            elif isinstance(event, ev.PushedStreamReceived):
+                raise _Failure("INTERNAL", "the runtime pushed a stream (push is disabled)")
+        self._flush(sock, conn, deadline)
 
     # --- the calls nodegc makes ----------------------------------------------------------------------
 

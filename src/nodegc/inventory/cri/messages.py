@@ -5,8 +5,8 @@ sends more (containers' statuses, stats, newer fields) is read without them. Fie
 those of the CRI spec (k8s.io/cri-api, pkg/apis/runtime/v1/api.proto); enums are declared as int32,
 which has the same wire encoding. The sandbox helpers (tests, demo) use the few write messages at the end.
 
-The classes are built on the first `message` or `message_class` call, not at import: protobuf (with
-grpc, about 16 MiB of the agent's memory) is loaded only on a node whose runtime nodegc actually asks.
+The classes are built on the first `message` or `message_class` call, not at import: protobuf is loaded
+only on a node whose runtime nodegc actually asks.
 """
 
 from __future__ import annotations
