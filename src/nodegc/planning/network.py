@@ -166,10 +166,12 @@ def shared_namespaces(ctx: Context) -> None:
     """A cache entry to be DEL'd whose netns another sandbox's entry (another container id) names, while
     that entry is kept for any reason: the DEL would run inside a namespace something may still use. Runs
     after every domain (the runtime's word may have kept or released either entry)."""
+    shared = [(key, entries) for key, entries in ctx.cache.by_netns.items()
+              if len(entries) > 1 and len({e.container_id for e in entries}) > 1]
+    if not shared:
+        return
     by_path = {f.id: i for i, f in enumerate(ctx.findings) if f.kind is Kind.CNI_CACHE}
-    for key, entries in ctx.cache.by_netns.items():
-        if len({e.container_id for e in entries}) < 2:
-            continue
+    for key, entries in shared:
         kept = [e for e in entries if (i := by_path.get(e.path)) is not None and not ctx.findings[i].cls.is_residue]
         for e in entries:
             i = by_path.get(e.path)
@@ -193,11 +195,15 @@ def stand_or_fall_together(ctx: Context) -> None:
     releases all its reservations, so no part may go while another is kept. (A runtime sandbox itself is
     not a part: the runtime removes it first, and its parts wait for that.)"""
     groups: dict[str, list[int]] = defaultdict(list)
-    for index, finding in enumerate(ctx.findings):
-        if finding.owner.container_id and finding.kind in _ATTACHMENT:
-            groups[finding.owner.container_id].append(index)
+    findings = ctx.findings
+    for index, finding in enumerate(findings):
+        if (cid := finding.owner.container_id) and finding.kind in _ATTACHMENT:
+            groups[cid].append(index)
     for cid, indexes in groups.items():
-        members = [ctx.findings[i] for i in indexes]
+        first = findings[indexes[0]].cls
+        if all(findings[i].cls is first for i in indexes):
+            continue  # parts of one class: all residue (none kept), or all kept alike (none weaker)
+        members = [findings[i] for i in indexes]
         keeping = [f for f in members if not f.cls.is_residue]
         if not keeping:
             continue
@@ -225,23 +231,25 @@ def _container_mtime(ctx: Context, container_id: str) -> float | None:
 
 
 def _cache_for(ctx: Context, container_id: str | None, network: str | None) -> list[CNICacheEntry]:
-    if not container_id:
+    entries = ctx.cache.by_container.get(container_id) if container_id else None
+    if not entries:
         return []
-    entries = ctx.cache.by_container.get(container_id, [])
-    same_net = [e for e in entries if network is None or e.network == network]
+    if network is None:
+        return entries
+    same_net = [e for e in entries if e.network == network]
     return same_net or entries
 
 
 def _resolve_container(ctx: Context, container_id: str, network: str | None) -> Resolution | None:
     """The most protective resolution among the cache entries of one sandbox."""
-    entries = _cache_for(ctx, container_id, network)
-    if not entries:
-        return None
-    resolutions = [ctx.owner_of(e) for e in entries]
-    for res in resolutions:
+    first: Resolution | None = None
+    for entry in _cache_for(ctx, container_id, network):
+        res = ctx.owner_of(entry)
         if res.state in HOLDING:
             return res
-    return resolutions[0]
+        if first is None:
+            first = res
+    return first
 
 
 def _reservation(ctx: Context, r: IPReservation, reserved_ips: set[str]) -> None:
@@ -374,7 +382,11 @@ def _network_backed_by_status(ctx: Context, network: str) -> bool:
     """A network reflects pod status when a live pod's status IP is reserved in it (or no pod runs)."""
     if not ctx.pods.claims:
         return True
-    return any(ip in ctx.network_ips[network] for ip in ctx.pods.claims)
+    backed = ctx.backed_networks.get(network)
+    if backed is None:
+        ips = ctx.network_ips.get(network, set())
+        backed = ctx.backed_networks[network] = any(ip in ips for ip in ctx.pods.claims)
+    return backed
 
 
 def _status_conflicts(ctx: Context, reserved_ips: set[str]) -> None:
