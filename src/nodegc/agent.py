@@ -25,6 +25,7 @@ from nodegc.console import require_root
 from nodegc.desired.source import DesiredSource, SourceError
 from nodegc.engine.cycle import CycleReport, Engine
 from nodegc.exitcodes import EXIT_BLOCKED, EXIT_CLEAN, EXIT_ERROR, EXIT_SOURCE, EXIT_USAGE
+from nodegc.inventory.pod_dirs import pod_dir_watcher
 from nodegc.kube.events import EventRecorder, EventType, ObjectRef
 from nodegc.kube.nodes import NodeConditionWriter
 from nodegc.ledger.store import LedgerError, LedgerLocked
@@ -229,7 +230,7 @@ def cmd_agent(settings: AgentSettings) -> int:
         return denied
     roots = settings.roots
     phases = settings.phases
-    engine_settings = agent_engine_settings(settings.safety, phases)
+    engine_settings = agent_engine_settings(settings.safety, phases, watch_pod_dirs=settings.watch_pod_dirs)
     executor = make_executor(roots, dry_run=settings.dry_run, timeout=settings.safety.command_timeout,
                              runtime_endpoint=settings.safety.runtime_endpoint,
                              runtime_timeout=settings.safety.runtime_timeout,
@@ -267,7 +268,8 @@ def cmd_agent(settings: AgentSettings) -> int:
                         metrics=metrics)
         log.info("agent started", node=node, interval=settings.interval, dry_run=settings.dry_run,
                  ledger=ledger.path, k=phases.consecutive_scans, grace=phases.grace_seconds, source=source.name,
-                 iptables=iptables_backend(roots, settings.safety))
+                 iptables=iptables_backend(roots, settings.safety), watch_pod_dirs=settings.watch_pod_dirs)
+        metrics.pod_dir_watch(pod_dir_watcher(roots.kubelet_root).stats if settings.watch_pod_dirs else None)
         stats = getattr(source, "stats", None)
         if callable(stats):
             metrics.watch_counters(stats)  # the pod watch's lists, relists, watch restarts and events
