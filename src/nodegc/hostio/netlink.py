@@ -117,7 +117,9 @@ class RtnlSocket:
     def __init__(self, sock: socket.socket) -> None:
         self._sock = sock
         self._seq = itertools.count(1)
-        self._buf = bytearray(_RECV_BUF)
+        self._buf = bytearray()
+        """Allocated at the first receive and dropped at close: `open_many` hands out hundreds of sockets that
+        are read one after the other, and their buffers then take turns in the same memory."""
 
     @classmethod
     def open(cls, net_ns: Path | None = None, *, timeout: float = DEFAULT_TIMEOUT) -> RtnlSocket:
@@ -133,6 +135,7 @@ class RtnlSocket:
 
     def close(self) -> None:
         self._sock.close()
+        self._buf = bytearray()
 
     def __enter__(self) -> RtnlSocket:
         return self
@@ -371,6 +374,8 @@ class RtnlSocket:
             raise NetlinkError(f"netlink send failed: {e.strerror or e}") from e
 
     def _recv(self) -> int:
+        if not self._buf:
+            self._buf = bytearray(_RECV_BUF)
         try:
             size = self._sock.recv_into(self._buf, _RECV_BUF, socket.MSG_TRUNC)
         except TimeoutError as e:
