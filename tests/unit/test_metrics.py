@@ -116,6 +116,11 @@ def test_range_series_follow_the_ranges_and_watch_counters_are_counters() -> Non
     assert s[("nodegc_reflector_relists_total", (("reason", "resync"),))] == 4
     assert s[("nodegc_reflector_events_total", (("type", "added"),))] == 5
     assert s[("nodegc_reflector_events_total", (("type", "bookmark"),))] == 0
+    m.watch_counters(lambda: {"proofs": 7, "proofs_refused": 2, "proof_witness_reads": 3})
+    s = _samples(m)
+    assert s[("nodegc_reflector_proofs_total", (("result", "proven"),))] == 5
+    assert s[("nodegc_reflector_proofs_total", (("result", "refused"),))] == 2
+    assert s[("nodegc_reflector_proof_lease_reads_total", ())] == 3
 
 
 def test_runtime_gauges_running_orphans_and_orphan_shims() -> None:

@@ -293,3 +293,14 @@ class _ReflectorCollector(Collector):
         for kind in WATCH_EVENT_TYPES:
             events.add_metric([kind], stats.get(f"events_{kind}", 0))
         yield events
+        proofs = CounterMetricFamily("nodegc_reflector_proofs", "Proofs that the watched view is current, taken by "
+                                     "cycles with something to act on, by result: proven, or refused "
+                                     "(view_not_current).", labels=["result"])
+        refused = stats.get("proofs_refused", 0)
+        proofs.add_metric(["proven"], stats.get("proofs", 0) - refused)
+        proofs.add_metric(["refused"], refused)
+        yield proofs
+        reads = CounterMetricFamily("nodegc_reflector_proof_lease_reads", "Node Lease GETs made by those proofs "
+                                    "(the lists' own Lease GETs are not counted).")
+        reads.add_metric([], stats.get("proof_witness_reads", 0))
+        yield reads
