@@ -8,8 +8,13 @@ Both approaches run at the same time, each against its own HTTP-level fake API s
 - list_every_scan: what the agent did before the reflector: `KubeSource.fetch()` once per cycle
   (`--interval`, 30 s), and once more at terminate in a cycle that follows a change on the node.
 - reflector: `PodReflector` with its production settings (resync 300 s, watch timeout 290 s, idle
-  timeout 150 s) and an API server that sends a bookmark every 60 s (as kube-apiserver does).
-Live GETs of the terminate phase are the same for both and are not counted.
+  timeout 150 s) and an API server that sends a bookmark every 60 s (as kube-apiserver does); a cycle
+  every `--interval` reads the view (no request), and a cycle that follows a change on the node (its
+  residue is something to act on) takes the proof the engine takes before marking or terminating
+  (`proven()`, max age 120 s: a node Lease GET unless a younger proof or a pending Lease stands).
+- reflector_residue_every_cycle: the same, with something to act on at every cycle (a node whose residue
+  stays): the upper bound of the proof's Lease GETs.
+Live GETs of the terminate phase are the same for all and are not counted.
 
 The controller part runs the same way on a cluster of `--controller-nodes` nodes of `--pods` pods, one
 EndpointSlice (managed by the endpointslice controller) per `--pods-per-service` pods, and the same churn
@@ -51,6 +56,7 @@ from nodegc.api.client import make_client
 from nodegc.controller import Controller, ControllerSettings
 from nodegc.desired.kube import KubeSource
 from nodegc.desired.reflector import PodReflector
+from nodegc.desired.source import SourceError
 from nodegc.kube.cache import RESYNC_SECONDS, ClusterCache
 from nodegc.kube.endpointslices import RawEndpointSlice, SweepOptions
 from nodegc.kube.leases import LeaseConfig
@@ -86,6 +92,7 @@ class Cluster:
         self.live: dict[str, list[tuple[str, str]]] = {node: [] for node in nodes}
         self.serial = 0
         self.changed: dict[str, threading.Event] = {node: threading.Event() for node in nodes}
+        self.changed_for_proof: dict[str, threading.Event] = {node: threading.Event() for node in nodes}
         for node in nodes:
             for i in range(pods):
                 self._create(node, f"{node}-app{i % 20}-{i}")
@@ -103,6 +110,7 @@ class Cluster:
             server.delete("pods", namespace, name)
         self._create(node, name)
         self.changed[node].set()
+        self.changed_for_proof[node].set()
 
 
 def list_every_scan(
@@ -115,11 +123,28 @@ def list_every_scan(
             source.fetch()
 
 
+def agent_cycles(ref: PodReflector, changed: threading.Event | None, *, interval: float, max_age: float,
+                 stop: threading.Event, outcomes: Counter[str]) -> None:
+    """The engine's reads of the watch: the view every cycle; its proof in a cycle with something to act
+    on (one following a change, or every cycle when `changed` is None)."""
+    while not stop.wait(interval):
+        ref.fetch()
+        if changed is not None and not changed.is_set():
+            continue
+        if changed is not None:
+            changed.clear()
+        try:
+            ref.proven(max_age_seconds=max_age)
+            outcomes["proven"] += 1
+        except SourceError:
+            outcomes["refused"] += 1
+
+
 def per_hour(requests: list[RecordedRequest], nodes: int, simulated: float) -> dict[str, float]:
     verbs: Counter[str] = Counter()
     for request in requests:
         if "/namespaces/kube-node-lease/leases/" in request.path:
-            verbs["lease"] += 1  # the proof read right before each list of the node's pods
+            verbs["lease"] += 1  # the proof read right before each list, and the watch's proofs for acting
             continue
         if request.path != PODS_PATH:
             continue
@@ -301,36 +326,43 @@ def run_controllers(args: argparse.Namespace, tmp: str) -> dict[str, Any]:
     }
 
 
-def run_agents(args: argparse.Namespace) -> dict[str, Any]:
+def run_agents(args: argparse.Namespace) -> dict[str, Any]:  # noqa: PLR0915 - one run, three approaches side by side
     scale = args.time_scale
     nodes = [f"node-{i}" for i in range(args.nodes)]
 
     with (
         FakeKubeAPI(bookmark_interval=60.0 / scale, kubelets=nodes) as reflector_api,
+        FakeKubeAPI(bookmark_interval=60.0 / scale, kubelets=nodes) as residue_api,
         FakeKubeAPI() as polling_api,
         tempfile.TemporaryDirectory() as tmp,
     ):
-        cluster = Cluster([reflector_api, polling_api], nodes, args.pods)
-        reflectors = [
-            PodReflector(
-                node,
-                kubeconfig=reflector_api.write_kubeconfig(Path(tmp) / "reflector"),
-                resync_seconds=300.0 / scale,
-                watch_timeout_seconds=max(1, round(290.0 / scale)),
-                idle_timeout_seconds=150.0 / scale,
-            )
-            for node in nodes
+        cluster = Cluster([reflector_api, residue_api, polling_api], nodes, args.pods)
+        reflectors, residue_reflectors = [
+            [
+                PodReflector(
+                    node,
+                    kubeconfig=server.write_kubeconfig(Path(tmp) / f"reflector-{i}"),
+                    resync_seconds=300.0 / scale,
+                    watch_timeout_seconds=max(1, round(290.0 / scale)),
+                    idle_timeout_seconds=150.0 / scale,
+                )
+                for node in nodes
+            ]
+            for i, server in enumerate((reflector_api, residue_api))
         ]
         polling_config = polling_api.write_kubeconfig(Path(tmp) / "polling")
         sources = [KubeSource(node, kubeconfig=polling_config, prove_current=False) for node in nodes]
-        for ref in reflectors:
+        for ref in (*reflectors, *residue_reflectors):
             ref.start()
-        for ref in reflectors:
+        for ref in (*reflectors, *residue_reflectors):
             if not ref.wait_synced(10):
                 raise SystemExit("a reflector did not sync")
         time.sleep(0.2)
         reflector_api.clear_requests()  # steady state only: the initial list+watch is not counted
+        residue_api.clear_requests()
         polling_api.clear_requests()
+        before = [ref.stats() for ref in (*reflectors, *residue_reflectors)]
+        outcomes: dict[str, Counter[str]] = {"reflector": Counter(), "reflector_residue_every_cycle": Counter()}
 
         stop = threading.Event()
         pollers = [
@@ -340,6 +372,18 @@ def run_agents(args: argparse.Namespace) -> dict[str, Any]:
                 daemon=True,
             )
             for src in sources
+        ]
+        pollers += [
+            threading.Thread(target=agent_cycles, args=(ref, cluster.changed_for_proof[ref.node]), daemon=True,
+                             kwargs={"interval": args.interval / scale, "max_age": 120.0 / scale, "stop": stop,
+                                     "outcomes": outcomes["reflector"]})
+            for ref in reflectors
+        ]
+        pollers += [
+            threading.Thread(target=agent_cycles, args=(ref, None), daemon=True,
+                             kwargs={"interval": args.interval / scale, "max_age": 120.0 / scale, "stop": stop,
+                                     "outcomes": outcomes["reflector_residue_every_cycle"]})
+            for ref in residue_reflectors
         ]
         for thread in pollers:
             thread.start()
@@ -355,9 +399,13 @@ def run_agents(args: argparse.Namespace) -> dict[str, Any]:
             time.sleep(min(0.01, max(0.0, next_churn - now)))
         stop.set()
         reflector_requests = list(reflector_api.requests)
+        residue_requests = list(residue_api.requests)
         polling_requests = list(polling_api.requests)
         reflector_bytes, polling_bytes = reflector_api.bytes_sent, polling_api.bytes_sent
-        stats = [ref.stats() for ref in reflectors]
+        residue_bytes = residue_api.bytes_sent
+        stats = [Counter(ref.stats()) - Counter(b) for ref, b in zip(reflectors, before[:len(reflectors)], strict=True)]
+        residue_stats = [Counter(ref.stats()) - Counter(b)
+                         for ref, b in zip(residue_reflectors, before[len(reflectors):], strict=True)]
         views_ok = reflector_api.wait_for(
             lambda: all(
                 sorted((p.namespace, p.name) for p in ref.fetch().pods) == sorted(cluster.live[ref.node])
@@ -365,7 +413,7 @@ def run_agents(args: argparse.Namespace) -> dict[str, Any]:
             ),
             timeout=5.0,
         )
-        for ref in reflectors:
+        for ref in (*reflectors, *residue_reflectors):
             ref.stop()
         for thread in pollers:
             thread.join(5)
@@ -376,7 +424,15 @@ def run_agents(args: argparse.Namespace) -> dict[str, Any]:
     simulated = args.simulated_seconds
     byte_scale = 3600.0 / simulated / args.nodes
     reflector_rate = per_hour(reflector_requests, args.nodes, simulated)
+    residue_rate = per_hour(residue_requests, args.nodes, simulated)
     polling_rate = per_hour(polling_requests, args.nodes, simulated)
+
+    def proofs(counters: list[Counter[str]], outcome: Counter[str]) -> dict[str, float]:
+        total = sum(counters, Counter())
+        return {"cycles_with_something_to_act_on": round(sum(outcome.values()) * byte_scale, 1),
+                "refused": round(outcome["refused"] * byte_scale, 1),
+                "lease_gets": round(total["proof_witness_reads"] * byte_scale, 1)}
+
     report = {
         "pods_per_node": args.pods,
         "nodes_per_approach": args.nodes,
@@ -394,8 +450,14 @@ def run_agents(args: argparse.Namespace) -> dict[str, Any]:
         "reflector": {
             "requests_per_node_per_hour": reflector_rate,
             "response_bytes_per_node_per_hour": round(reflector_bytes * byte_scale),
-            "reflector_counters_total": dict(sum((Counter(s) for s in stats), Counter())),
+            "proofs_per_node_per_hour": proofs(stats, outcomes["reflector"]),
+            "reflector_counters_total": dict(sum(stats, Counter())),
             "final_view_matches_cluster": views_ok,
+        },
+        "reflector_residue_every_cycle": {
+            "requests_per_node_per_hour": residue_rate,
+            "response_bytes_per_node_per_hour": round(residue_bytes * byte_scale),
+            "proofs_per_node_per_hour": proofs(residue_stats, outcomes["reflector_residue_every_cycle"]),
         },
         "list_every_scan": {
             "requests_per_node_per_hour": polling_rate,
@@ -432,7 +494,7 @@ def main() -> None:
                 "requests": round(report[approach]["requests_per_node_per_hour"]["total"] * fleet),
                 "response_bytes": round(report[approach]["response_bytes_per_node_per_hour"] * fleet),
             }
-            for approach in ("reflector", "list_every_scan")
+            for approach in ("reflector", "reflector_residue_every_cycle", "list_every_scan")
         }
     with tempfile.TemporaryDirectory() as tmp:
         report["controller"] = run_controllers(args, tmp)

@@ -20,13 +20,13 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from nodegc.console import require_root
 from nodegc.desired.source import DesiredSource, SourceError
 from nodegc.engine.cycle import CycleReport, Engine
 from nodegc.exitcodes import EXIT_BLOCKED, EXIT_CLEAN, EXIT_ERROR, EXIT_SOURCE, EXIT_USAGE
-from nodegc.kube.events import EventRecorder, EventType, ObjectRef
-from nodegc.kube.nodes import NodeConditionWriter
+from nodegc.inventory.pod_dirs import pod_dir_watcher
 from nodegc.ledger.store import LedgerError, LedgerLocked
 from nodegc.model.findings import Finding
 from nodegc.model.pods import OwnerState, Pod
@@ -48,6 +48,12 @@ from nodegc.wiring import (
     open_ledger,
     reads_stdin,
 )
+
+if TYPE_CHECKING:
+    # The API client (lightkube, httpx2, msgspec) is loaded only when the pods come from the API: an agent
+    # fed by a snapshot file never pays its memory (nodegc.kube imports it).
+    from nodegc.kube.events import EventRecorder
+    from nodegc.kube.nodes import NodeConditionWriter
 
 log = get_logger("nodegc.agent")
 
@@ -91,6 +97,8 @@ class Wakeups:
 
 def record_events(events: EventRecorder, node: str, report: CycleReport) -> None:
     """Reclaims and failures as Events: on the pod while it exists (terminal, same UID), else the Node."""
+    from nodegc.kube.events import EventType, ObjectRef
+
     findings: dict[str, Finding] = {f"{f.kind.value}:{f.id}": f for f in report.findings}
     for item, outcome in report.outcomes:
         if outcome.skipped:
@@ -229,7 +237,7 @@ def cmd_agent(settings: AgentSettings) -> int:
         return denied
     roots = settings.roots
     phases = settings.phases
-    engine_settings = agent_engine_settings(settings.safety, phases)
+    engine_settings = agent_engine_settings(settings.safety, phases, watch_pod_dirs=settings.watch_pod_dirs)
     executor = make_executor(roots, dry_run=settings.dry_run, timeout=settings.safety.command_timeout,
                              runtime_endpoint=settings.safety.runtime_endpoint,
                              runtime_timeout=settings.safety.runtime_timeout,
@@ -267,7 +275,8 @@ def cmd_agent(settings: AgentSettings) -> int:
                         metrics=metrics)
         log.info("agent started", node=node, interval=settings.interval, dry_run=settings.dry_run,
                  ledger=ledger.path, k=phases.consecutive_scans, grace=phases.grace_seconds, source=source.name,
-                 iptables=iptables_backend(roots, settings.safety))
+                 iptables=iptables_backend(roots, settings.safety), watch_pod_dirs=settings.watch_pod_dirs)
+        metrics.pod_dir_watch(pod_dir_watcher(roots.kubelet_root).stats if settings.watch_pod_dirs else None)
         stats = getattr(source, "stats", None)
         if callable(stats):
             metrics.watch_counters(stats)  # the pod watch's lists, relists, watch restarts and events

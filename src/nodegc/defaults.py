@@ -65,6 +65,8 @@ GRACE_SECONDS = 120.0
 # -- the agent -------------------------------------------------------------------------------------
 AGENT_INTERVAL_SECONDS = 30.0
 AGENT_METRICS_ADDRESS = "0.0.0.0:9808"
+WATCH_POD_DIRS = True
+"""The agent watches pod directories with inotify and walks again only those that changed (--watch-pod-dirs)."""
 AGENT_CONFIG_FILE: str | None = None
 """No config file unless one is named (--config)."""
 

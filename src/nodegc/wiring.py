@@ -123,6 +123,7 @@ class AgentSettings:
     metrics_address: str = defaults.AGENT_METRICS_ADDRESS
     max_cycles: int = 0
     ledger_retention_seconds: float = defaults.LEDGER_RETENTION_SECONDS
+    watch_pod_dirs: bool = defaults.WATCH_POD_DIRS
 
 
 @dataclass(frozen=True)
@@ -243,6 +244,7 @@ def agent_from_args(args: argparse.Namespace) -> AgentSettings:
         metrics_address=args.metrics_address,
         max_cycles=args.max_cycles,
         ledger_retention_seconds=args.ledger_retention,
+        watch_pod_dirs=args.watch_pod_dirs,
     )
 
 
@@ -360,11 +362,12 @@ def make_engine_settings(safety: SafetySettings, phases: PhasePolicy) -> EngineS
     )
 
 
-def agent_engine_settings(safety: SafetySettings, phases: PhasePolicy) -> EngineSettings:
+def agent_engine_settings(safety: SafetySettings, phases: PhasePolicy, *,
+                          watch_pod_dirs: bool = defaults.WATCH_POD_DIRS) -> EngineSettings:
     """The agent's: scan after scan of one tree, unchanged pod directories are not walked again (inotify
-    proves it). bench/scan.py measures the scan with these very settings."""
+    proves it) unless `watch_pod_dirs` is off. bench/scan.py measures the scan with these very settings."""
     settings = make_engine_settings(safety, phases)
-    return replace(settings, scan=replace(settings.scan, watch_pod_dirs=True))
+    return replace(settings, scan=replace(settings.scan, watch_pod_dirs=watch_pod_dirs))
 
 
 ONE_SHOT_PHASES = PhasePolicy(consecutive_scans=1, grace_seconds=0)

@@ -271,6 +271,8 @@ class Change:
     type: str  # ADDED, MODIFIED, DELETED
     obj: JSON
     old: JSON | None
+    at: float = field(default_factory=time.monotonic)
+    """When it was committed (monotonic): a lagging watch cache sends it only `lag` seconds later."""
 
 
 class Store:
@@ -340,9 +342,15 @@ class Store:
             return len(self._objects[PODS.key])
 
     def changes_after(
-        self, resource: tuple[str, str], rv: int, *, wait: float = 0.0
+        self, resource: tuple[str, str], rv: int, *, wait: float = 0.0, until: float | None = None,
+        own_progress_only: bool = False,
     ) -> tuple[list[Change], int, bool]:
-        """(changes of `resource` after `rv`, the rv they bring the caller to, expired?)."""
+        """(changes of `resource` after `rv`, the rv they bring the caller to, expired?).
+
+        `until`: only changes committed by then (monotonic), as a watch cache lagging behind the store
+        knows them; the rv it reaches is the newest it knows. `own_progress_only`: the rv reached is the
+        newest change of `resource` itself (a watch cache that hears of no other progress), not the
+        store's."""
         with self._cond:
             if rv < self._compacted:
                 return [], rv, True
@@ -350,8 +358,13 @@ class Store:
                 self._cond.wait(wait)
             if rv < self._compacted:
                 return [], rv, True
-            changes = [c for c in self._history if c.rv > rv and c.resource == resource]
-            return [copy.deepcopy(c) for c in changes], max(rv, self._rv), False
+            known = [c for c in self._history if c.rv > rv and (until is None or c.at <= until)]
+            changes = [c for c in known if c.resource == resource]
+            if until is None and not own_progress_only:
+                position = max(rv, self._rv)
+            else:
+                position = max([rv, *(c.rv for c in (changes if own_progress_only else known))])
+            return [copy.deepcopy(c) for c in changes], position, False
 
     # writing (test helpers and HTTP handlers)
 
@@ -798,6 +811,8 @@ class StaleList:
     resource: str | None
     rv: int
     objects: list[JSON] | None
+    paged: bool = False
+    """Paged like any list, its continue token resuming at the store's current resourceVersion."""
 
 
 class ResourceAPI:
@@ -844,10 +859,14 @@ class ResourceAPI:
         limit = _limit(req.query.get("limit"))
         stale = self.api._take_stale_list(self.rt)
         after: tuple[str, str] | None = None
+        resume_rv: int | None = None
         if stale is not None:
             rv = stale.rv
             objects = stale.objects if stale.objects is not None else self.store.snapshot_at(self.rt, rv)
-            limit = 0  # a stale answer comes in one page
+            if stale.paged:
+                resume_rv = self.store.snapshot(self.rt)[0]
+            else:
+                limit = 0  # a stale answer comes in one page
         elif req.query.get("continue"):
             rv, after = decode_continue(req.query["continue"])
             if rv < self.store.compacted_rv:
@@ -865,7 +884,7 @@ class ResourceAPI:
         metadata: JSON = {"resourceVersion": str(rv)}
         if limit and len(selected) > limit:
             selected = selected[:limit]
-            metadata["continue"] = encode_continue(rv, _key(selected[-1]))
+            metadata["continue"] = encode_continue(rv if resume_rv is None else resume_rv, _key(selected[-1]))
         items = [{k: v for k, v in obj.items() if k not in ("kind", "apiVersion")} for obj in selected]
         return Reply(
             200,
@@ -1059,6 +1078,9 @@ class FakeKubeAPI:
 
     `bookmark_interval`: seconds between BOOKMARK events on watches that asked for them.
     `history_limit`: changes retained for watches; older resourceVersions get 410 Gone.
+    `progress_notify`: bookmarks carry the store's resourceVersion (the watch cache hears of every change,
+    as with etcd progress notifications); False: only the newest change of the watched resource (a watch
+    cache on a cluster where nothing it watches changes does not advance, whatever else is written).
     """
 
     def __init__(
@@ -1069,10 +1091,13 @@ class FakeKubeAPI:
         bookmark_interval: float = 1.0,
         history_limit: int = 1000,
         kubelets: Iterable[str] = (),
+        progress_notify: bool = True,
     ) -> None:
         self.token = token
         self.require_auth = require_auth
         self.bookmark_interval = bookmark_interval
+        self.progress_notify = progress_notify
+        self._watch_lag = 0.0
         self.store = Store(history_limit=history_limit)
         self.router = Router()
         for rt in RESOURCES.values():
@@ -1215,6 +1240,13 @@ class FakeKubeAPI:
         with self._lock:
             self._expire_generation += 1
 
+    def lag_watches(self, seconds: float) -> None:
+        """From now on watch streams (open and new) send each change `seconds` after it was committed, and
+        their bookmarks carry the resourceVersion the lagging cache has reached: a watch that lags behind
+        the store but still advances. Lists and GETs stay current (quorum reads). 0 turns it off."""
+        with self._lock:
+            self._watch_lag = seconds
+
     def stall_watches(self, seconds: float, *, settle: float = 30.0) -> None:
         """Keep watch streams (open and new) open but send nothing, bookmarks included, for `seconds`.
 
@@ -1237,17 +1269,19 @@ class FakeKubeAPI:
 
     def serve_stale_list(
         self, objects_or_rv: int | Iterable[Mapping[str, Any]], *, resource: str | None = None,
-        resource_version: int | None = None,
+        resource_version: int | None = None, paged: bool = False,
     ) -> None:
         """The next list (of `resource`, or of any resource) answers with an older snapshot: the state at
         that resourceVersion (rebuilt from the history), or exactly these objects with
-        `resource_version` (default: the highest resourceVersion among them, or 1)."""
+        `resource_version` (default: the highest resourceVersion among them, or 1). `paged`: that answer is
+        the first page only, and its continue token resumes at the current resourceVersion (a cache that
+        answered the first page, the store the rest: pages of one list at two resourceVersions)."""
         if isinstance(objects_or_rv, int):
-            stale = StaleList(resource, objects_or_rv, None)
+            stale = StaleList(resource, objects_or_rv, None, paged)
         else:
             objects = [json.loads(json.dumps(o)) for o in objects_or_rv]
             rvs = [int(rv) for o in objects if (rv := _rv_of(o)) is not None and rv.isdigit()]
-            stale = StaleList(resource, resource_version or max(rvs, default=1), objects)
+            stale = StaleList(resource, resource_version or max(rvs, default=1), objects, paged)
         with self._lock:
             self._stale.append(stale)
 
@@ -1432,7 +1466,13 @@ class FakeKubeAPI:
             if stalled:
                 time.sleep(0.01)
                 continue
-            changes, position, too_old = self.store.changes_after(rt.key, position, wait=0.02)
+            with self._lock:
+                lag = self._watch_lag
+            changes, position, too_old = self.store.changes_after(
+                rt.key, position, wait=0.02, until=time.monotonic() - lag if lag > 0 else None,
+                own_progress_only=not self.progress_notify)
+            if not changes and (lag > 0 or not self.progress_notify):
+                time.sleep(0.01)  # what the cache knows may trail the store: do not spin on it
             if too_old:
                 gone(f"too old resource version: {position} ({self.store.compacted_rv})")
                 return

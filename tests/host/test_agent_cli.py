@@ -12,6 +12,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import pytest
+
 from nodegc.ledger.store import Ledger
 from nodegc.sandbox.node import SandboxNode
 
@@ -72,7 +74,9 @@ def _get(url: str) -> tuple[int, str]:
         return e.code, e.read().decode()
 
 
-def test_agent_serves_metrics_and_health_and_stops_on_sigterm(sandbox_node: SandboxNode, tmp_path: Path) -> None:
+@pytest.mark.parametrize("watch", [True, False])
+def test_agent_serves_metrics_and_health_and_stops_on_sigterm(sandbox_node: SandboxNode, tmp_path: Path,
+                                                              watch: bool) -> None:
     node = sandbox_node
     node.add_pod("live")
     snapshot = node.write_snapshot(node.root / "pods.json")
@@ -81,7 +85,7 @@ def test_agent_serves_metrics_and_health_and_stops_on_sigterm(sandbox_node: Sand
     argv = [sys.executable, "-m", "nodegc", "agent", "--pods-from", str(snapshot), "--kubelet-root",
             str(r.kubelet_root), "--cni-data-dir", str(r.cni_data_dir), "--netns-dir", str(r.netns_dir),
             "--net-ns", str(r.net_ns), "--state-dir", str(tmp_path / "state"), "--interval", "0.5",
-            "--metrics-address", f"127.0.0.1:{port}"]
+            "--metrics-address", f"127.0.0.1:{port}", *([] if watch else ["--no-watch-pod-dirs"])]
     agent = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 30
@@ -98,6 +102,9 @@ def test_agent_serves_metrics_and_health_and_stops_on_sigterm(sandbox_node: Sand
         assert _get(f"http://127.0.0.1:{port}/healthz")[0] == 200
         code, body = _get(f"http://127.0.0.1:{port}/metrics")
         assert code == 200 and "nodegc_scan_duration_seconds_count" in body
+        assert 'nodegc_pod_dir_watch_fallbacks_total{reason="watch_limit"} 0.0' in body
+        if not watch:
+            assert "nodegc_pod_dir_watch_active 0.0" in body
         agent.send_signal(signal.SIGTERM)
         assert agent.wait(timeout=30) == 0
     finally:

@@ -188,3 +188,44 @@ def with_addresses_read(scan: BigScan, seed: int) -> Inventory:
             addresses = ()
         netns.append(replace(ns, addresses=addresses, addresses_read=True))
     return replace(scan.inventory, netns=tuple(netns), problems=tuple(problems))
+
+
+def adversarial_scan(seed: int, *, sandboxes: int = 300, runtime: bool = False) -> BigScan:
+    """`big_scan` made harder for the indexes and the reuse of a second pass: pods re-created under their
+    old name with a new UID (and their old sandbox's address), addresses claimed twice, namespaces named by
+    two sandboxes (a cache entry of another container id naming an existing one), one namespace name both
+    in the netns dir and in containerd's state dir (two keys), and more log directories of one UID."""
+    scan = big_scan(seed, sandboxes=sandboxes, runtime=runtime)
+    rnd = random.Random(seed + 1000)  # noqa: S311 (a test scenario, not a secret)
+    inv, desired = scan.inventory, scan.desired
+    pods = list(desired.pods)
+    for pod in desired.pods:
+        roll = rnd.random()
+        if roll < 0.15:  # re-created: same name, new UID, the old sandbox's address
+            pods.append(replace(pod, uid=pod.uid + "-new", phase=rnd.choice(("Running", "Pending")),
+                                pod_ips=pod.pod_ips or (_ip(rnd.randrange(sandboxes)),)))
+        elif roll < 0.25:  # another pod claims its address
+            pods.append(replace(pod, uid=pod.uid + "-dup", name=pod.name + "-dup", phase="Running"))
+    caches = list(inv.cni_cache)
+    for entry in inv.cni_cache:
+        if rnd.random() < 0.15 and entry.netns:
+            cid = "e" + entry.container_id[1:]
+            caches.append(replace(entry, path=f"/cni/results/{entry.network}-{cid}-eth0", container_id=cid,
+                                  pod_uid=rnd.choice((entry.pod_uid, None, f"{entry.pod_uid}-new")),
+                                  ips=(_ip(rnd.randrange(sandboxes)),)))
+    nss = list(inv.netns)
+    unread = list(scan.unread_netns)
+    for ns in inv.netns:
+        if rnd.random() < 0.15:
+            path = f"/run/containerd/io.containerd.grpc.v1.cri/netns/{ns.name}"
+            nss.append(replace(ns, path=path, runtime_dir=True, addresses=(), addresses_read=False))
+            if ns.mounted:
+                unread.append(path)
+        elif ns.mounted and ns.path not in unread and rnd.random() < 0.3:
+            unread.append(ns.path)  # read again: a new record of a namespace read already
+    logs = list(inv.pod_logs)
+    for log in inv.pod_logs:
+        if rnd.random() < 0.2:
+            logs.append(replace(log, name=log.name + "-old", path=log.path + "-old", inode=log.inode + 1))
+    inventory = replace(inv, cni_cache=tuple(caches), netns=tuple(nss), pod_logs=tuple(logs))
+    return BigScan(inventory, replace(desired, pods=tuple(pods)), tuple(unread))

@@ -115,6 +115,20 @@ def test_config_file_sets_the_agent_and_flags_override_it(tmp_path: Path) -> Non
     assert "interval" not in applied and "grace" in applied
 
 
+def test_pod_dir_watching_is_on_unless_turned_off(tmp_path: Path) -> None:
+    cfg = tmp_path / "agent.yaml"
+    cfg.write_text("kind: AgentConfig\n")
+    assert _agent([], cfg)[0].watch_pod_dirs is defaults.WATCH_POD_DIRS is True
+    assert _agent(["--no-watch-pod-dirs"], cfg)[0].watch_pod_dirs is False
+    cfg.write_text("kind: AgentConfig\nwatchPodDirs: false\n")
+    assert _agent([], cfg)[0].watch_pod_dirs is False
+    assert _agent(["--watch-pod-dirs"], cfg)[0].watch_pod_dirs is True  # the command line wins
+    from nodegc.wiring import agent_engine_settings
+
+    off = _agent(["--no-watch-pod-dirs"], cfg)[0]
+    assert agent_engine_settings(off.safety, off.phases, watch_pod_dirs=off.watch_pod_dirs).scan.watch_pod_dirs is False
+
+
 def test_config_file_defaults_stay_when_absent(tmp_path: Path) -> None:
     cfg = tmp_path / "agent.yaml"
     cfg.write_text("kind: AgentConfig\n")

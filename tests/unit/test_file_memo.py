@@ -11,7 +11,7 @@ import pytest
 
 from nodegc.hostio import files
 from nodegc.hostio.files import FileMemo, read_small_file
-from nodegc.inventory import cni_cache
+from nodegc.inventory import cni_cache, cni_ipam
 
 
 def test_a_settled_file_is_taken_again_and_every_change_is_noticed(tmp_path: Path,
@@ -69,3 +69,83 @@ def test_cache_reader_rereads_a_rewritten_entry(tmp_path: Path, monkeypatch: pyt
     entry.write_text(cache_doc(uid="uid-two"))
     changed, _ = cni_cache.scan_cni_cache(tmp_path)
     assert [e.pod_uid for e in changed] == ["uid-two"]
+
+
+def _reservations(data: Path) -> dict[str, str | None]:
+    found, _ = cni_ipam.scan_ip_reservations(data)
+    return {r.ip: r.container_id for r in found}
+
+
+def test_reservation_reader_takes_a_settled_file_again_and_sees_every_change(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(files, "SETTLED_NS", 0)
+    cni_ipam.forget_parsed_reservations()
+    net = tmp_path / "networks" / "net"
+    net.mkdir(parents=True)
+    held = net / "10.0.0.5"
+    held.write_bytes(b"a" * 64 + b"\r\neth0")
+    first, _ = cni_ipam.scan_ip_reservations(tmp_path)
+    again, _ = cni_ipam.scan_ip_reservations(tmp_path)
+    assert again[0] is first[0]  # taken again, not read
+    time.sleep(0.05)
+    held.write_bytes(b"b" * 64 + b"\r\neth0")  # rewritten in place: same inode, same size
+    assert _reservations(tmp_path) == {"10.0.0.5": "b" * 64}
+    # Released and taken by a new pod between two scans (the inode may well be reused).
+    time.sleep(0.05)
+    held.unlink()
+    held.write_bytes(b"c" * 64 + b"\r\neth0")
+    assert _reservations(tmp_path) == {"10.0.0.5": "c" * 64}
+    # Replaced by a symlink: refused, never the remembered parse.
+    time.sleep(0.05)
+    (net / "target").write_bytes(b"d" * 64 + b"\r\neth0")
+    held.unlink()
+    held.symlink_to(net / "target")
+    found, problems = cni_ipam.scan_ip_reservations(tmp_path)
+    assert found == ()
+    assert any("10.0.0.5" in p.path and "symlink" in p.reason for p in problems)
+    cni_ipam.forget_parsed_reservations()
+
+
+def test_reservation_written_just_before_a_scan_is_read_again_by_the_next(tmp_path: Path) -> None:
+    cni_ipam.forget_parsed_reservations()
+    net = tmp_path / "networks" / "net"
+    net.mkdir(parents=True)
+    held = net / "10.0.0.6"
+    held.write_bytes(b"a" * 64 + b"\r\neth0")
+    first, _ = cni_ipam.scan_ip_reservations(tmp_path)
+    again, _ = cni_ipam.scan_ip_reservations(tmp_path)
+    assert again[0] == first[0] and again[0] is not first[0]  # too fresh to be remembered
+
+
+def test_reservations_remembered_scan_after_scan_equal_a_fresh_read(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Differential: after each round of changes, the scan that may take parses again finds exactly what a
+    reader that remembers nothing finds."""
+    import random
+
+    monkeypatch.setattr(files, "SETTLED_NS", 0)
+    cni_ipam.forget_parsed_reservations()
+    rng = random.Random(12)  # noqa: S311 - test data, not secrets
+    net = tmp_path / "networks" / "net"
+    net.mkdir(parents=True)
+    for i in range(20):
+        (net / f"10.0.1.{i}").write_bytes(f"{i:064x}\r\neth0".encode())
+    for _ in range(8):
+        cni_ipam.scan_ip_reservations(tmp_path)
+        time.sleep(0.02)
+        for path in rng.sample(sorted(net.iterdir()), 5):
+            choice = rng.randrange(4)
+            if choice == 0:
+                path.write_bytes(f"{rng.getrandbits(256):064x}\r\neth0".encode())
+            elif choice == 1:
+                path.unlink()
+                path.write_bytes(f"{rng.getrandbits(256):064x}\r\neth1".encode())
+            elif choice == 2:
+                path.write_bytes(b"not a reservation\r\nof three\r\nlines")
+            else:
+                path.unlink()
+        remembered = cni_ipam.scan_ip_reservations(tmp_path)
+        cni_ipam.forget_parsed_reservations()
+        fresh = cni_ipam.scan_ip_reservations(tmp_path)
+        assert remembered == fresh
+    cni_ipam.forget_parsed_reservations()

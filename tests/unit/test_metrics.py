@@ -116,6 +116,11 @@ def test_range_series_follow_the_ranges_and_watch_counters_are_counters() -> Non
     assert s[("nodegc_reflector_relists_total", (("reason", "resync"),))] == 4
     assert s[("nodegc_reflector_events_total", (("type", "added"),))] == 5
     assert s[("nodegc_reflector_events_total", (("type", "bookmark"),))] == 0
+    m.watch_counters(lambda: {"proofs": 7, "proofs_refused": 2, "proof_witness_reads": 3})
+    s = _samples(m)
+    assert s[("nodegc_reflector_proofs_total", (("result", "proven"),))] == 5
+    assert s[("nodegc_reflector_proofs_total", (("result", "refused"),))] == 2
+    assert s[("nodegc_reflector_proof_lease_reads_total", ())] == 3
 
 
 def test_runtime_gauges_running_orphans_and_orphan_shims() -> None:
@@ -127,3 +132,19 @@ def test_runtime_gauges_running_orphans_and_orphan_shims() -> None:
     assert s[("nodegc_orphan_shims", ())] == 2
     m.runtime(None, 0)
     assert _samples(m)[("nodegc_orphan_shims", ())] == 0
+
+
+def test_pod_dir_watch_state_and_fallbacks() -> None:
+    from nodegc.inventory.pod_dirs import FALLBACK_REASONS
+    from nodegc.observe.metrics import POD_DIR_WATCH_FALLBACKS
+
+    assert POD_DIR_WATCH_FALLBACKS == FALLBACK_REASONS
+    m = Metrics()
+    m.pod_dir_watch(lambda: {"watching": 1, "fallbacks_watch_limit": 2})
+    s = _samples(m)
+    assert s[("nodegc_pod_dir_watch_active", ())] == 1
+    assert s[("nodegc_pod_dir_watch_fallbacks_total", (("reason", "watch_limit"),))] == 2
+    assert s[("nodegc_pod_dir_watch_fallbacks_total", (("reason", "inotify_unavailable"),))] == 0
+    off = Metrics()
+    off.pod_dir_watch(None)  # --no-watch-pod-dirs
+    assert _samples(off)[("nodegc_pod_dir_watch_active", ())] == 0

@@ -15,10 +15,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from structlog.testing import capture_logs
 
 from nodegc.hostio import inotify
 from nodegc.hostio.inotify import IN_Q_OVERFLOW, Event
-from nodegc.inventory.pod_dirs import PodDirWatcher, scan_pod_dirs
+from nodegc.inventory.pod_dirs import WATCH_LIMIT_RETRY_SECONDS, PodDirWatcher, scan_pod_dirs
 from nodegc.model.resources import Mount
 
 
@@ -185,7 +186,7 @@ def test_a_watch_that_cannot_be_added_keeps_that_pod_walked(node: Node, monkeypa
 
     def full(self: inotify.Inotify, path: str, mask: int = inotify.DIRECTORY_CHANGES) -> int:
         if path.startswith(str(a)) and path.endswith("containers"):
-            raise OSError(errno.ENOSPC, "no space left for watches", path)
+            raise OSError(errno.EACCES, "permission denied", path)
         return real(self, path, mask)
 
     monkeypatch.setattr(inotify.Inotify, "add_watch", full)
@@ -269,3 +270,34 @@ def test_no_inotify_walks_everything_and_tries_again_later(node: Node, monkeypat
     node.now += node.watcher.full_walk_seconds
     assert node.check() == (1, 0)  # set up again: this walk is watched
     assert node.check() == (0, 1)
+
+
+def test_the_watch_limit_releases_every_watch_and_walks_everything(node: Node, monkeypatch: pytest.MonkeyPatch) -> None:
+    """fs.inotify.max_user_watches is shared with the kubelet and the runtime: once it is hit, every watch goes
+    (the next scans walk every pod directory, said in the log and the metrics), and it is tried again later."""
+    _a, b = node.pod(), node.pod()
+    node.check()
+    assert node.check() == (0, 2) and node.watcher.watching
+    real = inotify.Inotify.add_watch
+    full = [True]
+
+    def limited(self: inotify.Inotify, path: str, mask: int = inotify.DIRECTORY_CHANGES) -> int:
+        if full[0] and path.startswith(str(b)):
+            raise OSError(errno.ENOSPC, "No space left on device", path)
+        return real(self, path, mask)
+
+    monkeypatch.setattr(inotify.Inotify, "add_watch", limited)
+    (b / "containers" / "sidecar").mkdir()  # b is walked again: its watches hit the limit
+    with capture_logs() as logs:
+        assert node.check() == (1, 1)
+    assert [e["reason"] for e in logs if e["log_level"] == "warning"] == ["watch_limit"], logs
+    assert node.watcher._inotify is None, "every watch released"
+    assert node.watcher.stats() == {"watching": 0, "fallbacks_watch_limit": 1, "fallbacks_inotify_unavailable": 0,
+                                    "fallbacks_events_unreadable": 0}
+    full[0] = False
+    assert node.check() == (2, 0)  # every pod directory walked, nothing watched
+    node.now += WATCH_LIMIT_RETRY_SECONDS - 1
+    assert node.check() == (2, 0)
+    node.now += 1
+    assert node.check() == (2, 0) and node.watcher.watching  # watched again: this walk
+    assert node.check() == (0, 2)

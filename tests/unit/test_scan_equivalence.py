@@ -26,7 +26,7 @@ from nodegc.model.resources import Kind, ReadProblem
 from nodegc.planning.correlate import CorrelationPolicy, correlate, correlation
 from nodegc.planning.network import rule_ips
 from nodegc.planning.owners import normalize_ip
-from tests.unit.bigscan import big_scan, with_addresses_read
+from tests.unit.bigscan import BigScan, adversarial_scan, big_scan, with_addresses_read
 from tests.unit.factories import NOW
 
 FIXTURE = Path(__file__).parent / "fixtures" / "bigscan_decisions.json"
@@ -44,6 +44,29 @@ def test_second_pass_reuse_gives_the_findings_of_a_fresh_correlation(seed: int, 
     again = correlation(read, scan.desired, now=NOW, policy=policy, previous=first)
     assert again.context.pods is first.context.pods  # the reuse did happen
     assert again.findings == correlate(read, scan.desired, now=NOW, policy=policy)
+
+
+@pytest.mark.parametrize(("seed", "runtime"), [(seed, rt) for seed in range(4, 10) for rt in (False, True)])
+def test_second_pass_reuse_on_adversarial_scans(seed: int, runtime: bool) -> None:
+    """The verdicts a second pass takes from the first (cache entries, namespaces, veths whose netns
+    records did not change) are the ones a correlation from scratch makes, on scans with re-created pods
+    (same name, new UID), addresses claimed twice, namespaces named by two sandboxes or found under two
+    keys; round after round, and when the previous pass saw another list of namespaces."""
+    scan = adversarial_scan(seed, runtime=runtime)
+    policy = CorrelationPolicy(min_age_seconds=60)
+    previous = correlation(scan.inventory, scan.desired, now=NOW, policy=policy)
+    assert previous.findings == correlate(scan.inventory, scan.desired, now=NOW, policy=policy)
+    inventory = scan.inventory
+    for round_ in range(3):
+        inventory = with_addresses_read(BigScan(inventory, scan.desired, scan.unread_netns[round_::3]), seed + round_)
+        again = correlation(inventory, scan.desired, now=NOW, policy=policy, previous=previous)
+        assert again.context.pods is previous.context.pods
+        assert again.findings == correlate(inventory, scan.desired, now=NOW, policy=policy)
+        previous = again
+    fewer = replace(inventory, netns=inventory.netns[1:])
+    again = correlation(fewer, scan.desired, now=NOW, policy=policy, previous=previous)
+    assert again.context.pods is previous.context.pods
+    assert again.findings == correlate(fewer, scan.desired, now=NOW, policy=policy)
 
 
 def test_reuse_only_when_nothing_but_the_namespaces_changed() -> None:

@@ -21,6 +21,16 @@ one-shot list is, and dated at the witness's time. A list whose resourceVersion 
 than one already seen (a lagging cache or API server) is not applied; after `max_stale_lists` such answers
 in a row it is taken anyway, since resourceVersions can go backwards after an etcd restore.
 
+Freshness is not proof: a watch cache that lags minutes behind its store still advances, so its events
+refresh the view while a pod created during the lag is missing from it. `prove()` is the proof for
+acting on the watched view, as strong as the list's: the witness read live (one GET), and the view's
+resourceVersion must have reached the witness's, which a watch can only do once every change up to that
+version has reached the view (events and bookmarks come in resourceVersion order). The view is then
+current as of the witness's time, never as of an arrival. A witness the view has not reached yet is kept
+(pending): the first event, bookmark or list that reaches it proves the view as of that witness's time,
+so the proof costs one GET and no wait. Every proof belongs to one history of resourceVersions: a restart
+of the cache or a history that restarted (an etcd restore) drops what was proven and pending.
+
 Ownership: `stop()` then `start()` while a list is in flight (a controller losing and regaining its
 leadership) leaves the old thread to finish that request; every run has its own stop flag and generation,
 and a thread whose generation is not the cache's current one changes nothing and ends.
@@ -61,7 +71,10 @@ log = get_logger("nodegc.reflector")
 
 T = TypeVar("T")
 
-COUNTERS = ("lists", "watches", "resyncs", "stale_lists", "relists_gone", "relists_stalled", "relists_error")
+COUNTERS = ("lists", "watches", "resyncs", "stale_lists", "relists_gone", "relists_stalled", "relists_error",
+            "proofs", "proof_witness_reads", "proofs_refused")
+"""`proofs`: calls of `prove()`; `proof_witness_reads`: the witness GETs they made; `proofs_refused`: the
+calls that could not prove the view current."""
 EVENT_TYPES = ("ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR")
 """Watch events are counted by type under `events_<type>` (for metrics)."""
 RETRY_JITTER = 0.5
@@ -69,6 +82,8 @@ RETRY_JITTER = 0.5
 RESYNC_JITTER = 0.2
 """The resync period is stretched by a random share in [0, j)."""
 MAX_RELIST_SPREAD_SECONDS = 10.0
+MAX_PENDING_WITNESSES = 4
+"""Witnesses read and not yet reached by the view that are kept; the newest ones."""
 _FLEET_WIDE = frozenset({"gone", "stalled"})
 """Relist causes that hit every watch of the fleet at once; an undecodable event is this cache's own."""
 
@@ -82,6 +97,16 @@ def backoff_delay(failures: int, *, base: float, cap: float, rng: random.Random,
 
 class CacheUnusable(Exception):
     """The cache has not synced, or holds an object it could not identify: it proves nothing."""
+
+
+@dataclass(frozen=True)
+class _Pending:
+    """A witness read while the view was behind it: reached, it proves the view current as of `at`."""
+
+    rv: int
+    at: datetime
+    read_at: datetime
+    history: int
 
 
 class _Relist(Exception):
@@ -193,6 +218,13 @@ class Reflector(Generic[T]):
         self._floor_rv: int | None = None
         """The newest resourceVersion seen outside the view (live GETs): no list may be older."""
         self._stale_lists = 0
+        self._proven_at: datetime | None = None
+        """The view is proven current as of this time (a list checked against the witness, or a witness the
+        watch reached); never an arrival time."""
+        self._pending: list[_Pending] = []
+        self._history = 0
+        """Incremented whenever resourceVersions stop being comparable with earlier ones (a restart of the
+        cache, a history that restarted): proofs and pending witnesses of another history count for nothing."""
         self._response: httpx2.Response | None = None
         self._watches: WatchRequests | None = None
         self._counters: dict[str, int] = dict.fromkeys(COUNTERS, 0)
@@ -217,6 +249,8 @@ class Reflector(Generic[T]):
             self._items = {}
             self._fresh_at = None
             self._rv = None
+            self._high_rv = None
+            self._forget_proofs()
             self._relist_wanted.clear()
         self._thread = threading.Thread(target=self._run, args=(run,), name=self._thread_name, daemon=True)
         self._thread.start()
@@ -276,13 +310,7 @@ class Reflector(Generic[T]):
     def view(self) -> CacheView[T]:
         """The cached items; never a request. CacheUnusable before the first list or after a bad object."""
         with self._lock:
-            if self._invalid is not None:
-                raise CacheUnusable(f"{self.cache_label} cannot be trusted: {self._invalid}")
-            if not self._synced.is_set() or self._fresh_at is None:
-                why = f": {self._last_error}" if self._last_error else ""
-                raise CacheUnusable(f"{self.cache_label} has not synced yet{why}")
-            return CacheView(items=tuple(self._items.values()), fresh_at=self._fresh_at,
-                             resource_version=self._high_rv)
+            return self._view_locked()
 
     def resource_version(self) -> int | None:
         """The newest resourceVersion the view has applied (never a request)."""
@@ -301,6 +329,89 @@ class Reflector(Generic[T]):
 
     def client(self) -> lightkube.Client:
         return self._require_client()
+
+    # proof for acting
+
+    def prove(self, *, max_age_seconds: float) -> CacheView[T]:
+        """The view dated at its proof (`fresh_at` is the time it is proven current as of), when that proof
+        is at most `max_age_seconds` old; NotCurrent (why) otherwise, CacheUnusable as `view()`, KubeError
+        when the witness cannot be read. Without a witness, the view as it is.
+
+        One witness GET at most per call, and none while the proof is younger than half of
+        `max_age_seconds` or a witness read since then (within that half) is still pending: a proof that
+        ages is renewed before it expires, and a view that lags is not asked again before it can have
+        caught up. The view's resourceVersion is compared with the witness's under the lock after the GET,
+        within one history of resourceVersions; a view behind it keeps the witness pending.
+        """
+        if self._witness is None:
+            return self.view()
+        self._count("proofs")
+        renew_after = max_age_seconds / 2.0
+        now = self._clock()
+        with self._lock:
+            view = self._view_locked()
+            proven, pending = self._proven_at, self._pending[-1] if self._pending else None
+            history = self._history
+        proven_age = (now - proven).total_seconds() if proven is not None else math.inf
+        wanted = proven_age > renew_after and (pending is None or (now - pending.read_at).total_seconds() > renew_after)
+        witness_rv: int | None = None
+        if wanted:
+            self._count("proof_witness_reads")
+            try:
+                witness = self._witness(self._require_client())
+            except KubeError:
+                self._count("proofs_refused")
+                raise
+            read_at = self._clock()
+            witness_rv = witness.rv
+            with self._lock:
+                if self._history == history:
+                    self._pending.append(_Pending(rv=witness.rv, at=min(witness.at, read_at), read_at=read_at,
+                                                  history=history))
+                    del self._pending[:-MAX_PENDING_WITNESSES]
+                    self._reach_pending()
+        with self._lock:
+            view = self._view_locked()
+            proven, held = self._proven_at, self._high_rv
+            behind = self._pending[-1] if self._pending else None
+        if proven is not None and (self._clock() - proven).total_seconds() <= max_age_seconds:
+            return CacheView(items=view.items, fresh_at=proven, resource_version=view.resource_version)
+        self._count("proofs_refused")
+        since = f"last proven current {proven_age:.0f}s ago" if proven is not None else "never proven current"
+        if behind is not None:
+            lag = f"{behind.rv - held}" if held is not None else "unknown"
+            raise NotCurrent(
+                f"the {self.cache_label} is at resourceVersion {held}, behind the witness read "
+                f"{(self._clock() - behind.read_at).total_seconds():.0f}s ago at {behind.rv} ({lag} behind): a "
+                f"watch cache lagging behind its store, or one that hears no progress while nothing it watches "
+                f"changes; {since}, more than {max_age_seconds:g}s")
+        raise NotCurrent(f"the {self.cache_label} cannot be proven current: {since}, more than {max_age_seconds:g}s"
+                         + (f" (witness at {witness_rv})" if witness_rv is not None else ""))
+
+    def _view_locked(self) -> CacheView[T]:
+        if self._invalid is not None:
+            raise CacheUnusable(f"{self.cache_label} cannot be trusted: {self._invalid}")
+        if not self._synced.is_set() or self._fresh_at is None:
+            why = f": {self._last_error}" if self._last_error else ""
+            raise CacheUnusable(f"{self.cache_label} has not synced yet{why}")
+        return CacheView(items=tuple(self._items.values()), fresh_at=self._fresh_at, resource_version=self._high_rv)
+
+    def _reach_pending(self) -> None:
+        """Pending witnesses the view has now reached prove it current as of their time (lock held)."""
+        if self._high_rv is None or not self._pending:
+            return
+        reached = [p for p in self._pending if p.history == self._history and p.rv <= self._high_rv]
+        if not reached:
+            return
+        at = max(p.at for p in reached)
+        self._proven_at = at if self._proven_at is None else max(self._proven_at, at)
+        self._pending = [p for p in self._pending if p.history == self._history and p.rv > self._high_rv]
+
+    def _forget_proofs(self) -> None:
+        """ResourceVersions from here on compare with nothing before (lock held)."""
+        self._history += 1
+        self._proven_at = None
+        self._pending = []
 
     # the watch thread
 
@@ -418,6 +529,7 @@ class Reflector(Generic[T]):
                         f"older than {self._high_rv} already seen"
                     )
                 self._high_rv = None  # the server insists: its history restarted
+                self._forget_proofs()
             self._stale_lists = 0
             gone = [item for k, item in self._items.items() if k not in items]
             self._items = items
@@ -425,6 +537,10 @@ class Reflector(Generic[T]):
             if number is not None:
                 self._high_rv = number if self._high_rv is None else max(self._high_rv, number)
             self._fresh_at = fresh_at
+            if witness is not None:
+                # Checked against a witness read right before it: the list is proven as of `fresh_at`.
+                self._proven_at = fresh_at
+                self._reach_pending()
             self._invalid = None
             self._last_error = None
         self._synced.set()
@@ -448,6 +564,8 @@ class Reflector(Generic[T]):
         if floor is None:
             with self._lock:
                 self._floor_rv = None
+                if self._stale_lists >= self._max_stale_lists:
+                    self._forget_proofs()  # a history that restarted: earlier witnesses compare with nothing
         return min(started, witness.at)
 
     def _watch(self, run: _Run, *, until: float) -> bool:
@@ -570,6 +688,7 @@ class Reflector(Generic[T]):
             if number is not None and (self._high_rv is None or number > self._high_rv):
                 self._fresh_at = now
                 self._high_rv = number
+                self._reach_pending()
 
     def _notify_delete(self, item: T) -> None:
         if self._on_delete is None:

@@ -8,7 +8,11 @@ failing reflector ages and the engine's `stale_source` guard blocks reclaim. A p
 identified makes the whole view untrusted until a relist succeeds.
 
 The proof of currency is the one-shot list's (`desired.kube`, `nodegc.api.currency`): every list is
-checked against the node Lease read live right before it and dated at the Lease's renewal; a live GET
+checked against the node Lease read live right before it and dated at the Lease's renewal. `fetch()`'s
+date is the view's freshness, not a proof: a watch cache that lags behind its store still advances. Before
+the engine acts on the view it asks `proven()`: the view dated at its last proof (a list, or a node Lease
+whose resourceVersion the watch has reached), read again (one Lease GET) when that proof ages; a view
+behind the Lease is not current for acting (SourceError, with the resourceVersions). A live GET
 (terminate's fresh read) that finds a pod bound to this node that the view lacks proves the view out of
 date: it raises (nothing more proceeds on that view) and the cache relists. Live GETs' resourceVersions
 also bound the lists that follow.
@@ -24,7 +28,7 @@ from pathlib import Path
 import lightkube
 from lightkube.resources.core_v1 import Pod as PodResource
 
-from nodegc.api.currency import MAX_LEASE_AGE_SECONDS, Witness, node_lease_witness
+from nodegc.api.currency import MAX_LEASE_AGE_SECONDS, NotCurrent, Witness, node_lease_witness
 from nodegc.api.errors import KubeError
 from nodegc.api.objects import object_resource_version, pod_from_object
 from nodegc.api.reflector import COUNTERS, CacheUnusable, Reflector
@@ -107,6 +111,20 @@ class PodReflector(Reflector[Pod]):
             view = self.view()
         except CacheUnusable as e:
             raise SourceError(str(e)) from e
+        pods = tuple(sorted(view.items, key=lambda p: (p.namespace, p.name, p.uid)))
+        return DesiredState(node=self.node, pods=pods, source=self.name, fetched_at=view.fresh_at)
+
+    def proven(self, *, max_age_seconds: float) -> DesiredState:
+        """The view dated at its proof of currency, at most `max_age_seconds` old: what the engine may act
+        on (`desired.source.ProvableSource`). SourceError when it cannot be proven (the view behind the node
+        Lease, the Lease unreadable, missing, held by another, renewed too long ago or in the future).
+        Without `prove_current`, `fetch()`."""
+        try:
+            view = self.prove(max_age_seconds=max_age_seconds)
+        except (CacheUnusable, NotCurrent) as e:
+            raise SourceError(str(e)) from e
+        except KubeError as e:
+            raise SourceError(str(e)) from e.__cause__
         pods = tuple(sorted(view.items, key=lambda p: (p.namespace, p.name, p.uid)))
         return DesiredState(node=self.node, pods=pods, source=self.name, fetched_at=view.fresh_at)
 

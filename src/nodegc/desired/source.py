@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from nodegc.model.pods import DesiredState, Pod
 
@@ -33,6 +33,17 @@ class DesiredSource(Protocol):
     def get_pod(self, namespace: str, name: str) -> Pod | None:
         """A fresh read of one pod (never a cached copy): None when it does not exist; SourceError when
         the source cannot answer. The engine's terminate phase compares its UID before acting."""
+        ...
+
+
+@runtime_checkable
+class ProvableSource(Protocol):
+    """A source whose `fetch()` is dated by its freshness (a watch: the last event that moved it forward),
+    which proves nothing about a lagging cache behind it. Before acting, the engine takes `proven()`."""
+
+    def proven(self, *, max_age_seconds: float) -> DesiredState:
+        """The desired state dated at a proof that it is current, at most `max_age_seconds` old; SourceError
+        when it cannot be proven now (the reason in the message)."""
         ...
 
 

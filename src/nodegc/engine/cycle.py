@@ -3,6 +3,11 @@
 Every transition is written to the ledger before the side effect it guards. Whatever goes wrong on the
 way (the desired state unavailable or stale, a blast-radius trip, a doubt at re-verification), the
 answer is to do nothing destructive and say why in logs and metrics.
+
+A watched desired state (`desired.source.ProvableSource`) is dated by its freshness, which a lagging watch
+cache fakes; a cycle that has something to mark or to terminate takes its proof first (`proven()`: at
+most one node Lease GET, none on a cycle with nothing to act on) and judges the node again on the proven
+photograph; without a proof it refuses (`view_not_current`).
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from nodegc import defaults
-from nodegc.desired.source import FUTURE_TOLERANCE_SECONDS, DesiredSource, SourceError
+from nodegc.desired.source import FUTURE_TOLERANCE_SECONDS, DesiredSource, ProvableSource, SourceError
 from nodegc.engine.detecting import detect
 from nodegc.engine.limits import TokenBucket
 from nodegc.engine.orphans import RunningOrphans, stop_running_orphan
@@ -192,6 +197,17 @@ class Engine:
             return report
         desired, inventory, findings = detected
         now = self.clock()
+        if any(f.cls.is_residue for f in findings) or due(self.ledger.items(active_only=True).values(), now):
+            # Something to mark or terminate: a watched view must first prove it is current, and the node is
+            # judged again on the proven (older) photograph, whose minimum-age horizon protects more.
+            proven = self._proven(desired, report)
+            if proven is None:
+                self._report_items()
+                return report
+            if proven is not desired:
+                desired = proven
+                inventory, findings = self._judge(inventory, desired, report)
+                report.findings = findings
         self._mark(inventory, findings, now)
         report.running_orphans = self.orphans.observe(
             findings, now, view=inventory.runtime, complete=runtime_unusable(inventory.runtime, desired.pods) is None)
@@ -210,7 +226,8 @@ class Engine:
             self._block(report, "blast_radius", refusal)
             self._report_items()
             return report
-        if report.running_orphans and self.settings.stop_running_orphans:
+        if report.running_orphans and self.settings.stop_running_orphans and (
+                self._proven(desired, report) is not None):
             self._stop_running_orphans(report)
         candidates = due(self.ledger.items(active_only=True).values(), now)
         if candidates:
@@ -256,6 +273,23 @@ class Engine:
             self._block(report, "source_unavailable", f"desired state unavailable: {e}")
             return None
         self.node = desired.node
+        return self._dated(desired, report)
+
+    def _proven(self, desired: DesiredState, report: CycleReport) -> DesiredState | None:
+        """The desired state to act on: `desired` itself, unless the source is a watch whose date is its
+        freshness; then its proof of currency (`proven()`), or None (refused: `view_not_current`)."""
+        if not isinstance(self.source, ProvableSource):
+            return desired
+        try:
+            proven = self.source.proven(max_age_seconds=self.settings.max_desired_age_seconds)
+        except SourceError as e:
+            self._block(report, "view_not_current", f"the desired state is not proven current for acting: {e}")
+            return None
+        return self._dated(proven, report)
+
+    def _dated(self, desired: DesiredState, report: CycleReport) -> DesiredState | None:
+        """`desired` when its date allows acting on it; None (refused: `stale_source`) when too old or from
+        the future."""
         age = self.clock() - desired.fetched_at.timestamp()
         self.metrics.desired_age(max(age, 0.0))
         if age > self.settings.max_desired_age_seconds:
@@ -281,24 +315,38 @@ class Engine:
             log.warning("read problem", kind=p.kind.value, path=p.path, reason=p.reason)
         self.metrics.scanned(time.monotonic() - started, sorted(counts.items()))
         report.problems += len(inventory.problems)
+        return self._runtime_checked(inventory, desired, report), findings
+
+    def _judge(self, inventory: Inventory, desired: DesiredState,
+               report: CycleReport) -> tuple[Inventory, tuple[Finding, ...]]:
+        """The same read of the node joined with another desired state (the proven photograph)."""
+        policy = self.settings.correlation
+        if self._gave_up:
+            policy = dataclasses.replace(policy, runtime_gave_up=self._gave_up)
+        inventory, findings = detect(inventory, desired, now=inventory.taken_at, policy=policy)
+        return self._runtime_checked(inventory, desired, report), findings
+
+    def _runtime_checked(self, inventory: Inventory, desired: DesiredState, report: CycleReport) -> Inventory:
         why = runtime_unusable(inventory.runtime, desired.pods)
         if why:
             # Today's rules go on; nothing that needs the runtime's word is concluded this scan, and a
             # sandbox the list does not show is not gone (its item neither closes nor counts as done).
-            self._block(report, "runtime_unavailable", why)
+            if f"runtime_unavailable: {why}" not in report.blocked:
+                self._block(report, "runtime_unavailable", why)
             if inventory.runtime is not None:
                 # Nor are the runtime's leftovers gone when they are not judged.
                 seen = {p.kind for p in inventory.problems}
                 missing = tuple(ReadProblem(kind, inventory.runtime.endpoint, why)
                                 for kind in (Kind.SANDBOX, Kind.RUNTIME_LEFTOVER) if kind not in seen)
                 inventory = dataclasses.replace(inventory, problems=(*inventory.problems, *missing))
-        return inventory, findings
+        return inventory
 
     # -- terminate -------------------------------------------------------------------------------
 
     def _terminate(self, candidates: list[Item], report: CycleReport) -> list[tuple[Item, Resource]]:
         """Re-verify right before acting: a fresh desired state, a fresh host read, a live GET per owner."""
-        desired = self._fresh_desired(report)
+        fresh = self._fresh_desired(report)
+        desired = self._proven(fresh, report) if fresh is not None else None
         if desired is None:
             return []
         inventory, findings = self._scan(desired, report)
@@ -558,7 +606,7 @@ def _by_kind(verified: list[tuple[Item, Resource]]) -> list[tuple[Item, Resource
     return sorted(verified, key=lambda pair: (_KIND_ORDER[pair[0].kind], pair[0].key))
 
 
-_REFUSALS = frozenset({"source_unavailable", "stale_source", "blast_radius"})
+_REFUSALS = frozenset({"source_unavailable", "stale_source", "view_not_current", "blast_radius"})
 """Blocks that refuse the whole cycle: such a cycle is not a successful one."""
 
 RUNTIME_ATTEMPTS_BEFORE_DIRECT = 3

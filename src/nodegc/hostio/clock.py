@@ -23,7 +23,11 @@ class BootTime:
 
 
 def read_boot_time(proc_root: Path = Path("/proc")) -> BootTime | None:
-    """None when the boot id cannot be read (no /proc, an odd file): the caller falls back to the wall clock."""
+    """None when the boot id cannot be read (no /proc, an odd file): the caller falls back to the wall clock.
+
+    CLOCK_BOOTTIME is per time namespace (an offset given when one is made, `unshare --boottime`, an OCI
+    runtime's timeOffsets) while the boot id is the kernel's: the reading is the initial namespace's, so two
+    nodegc processes in different time namespaces measure one clock. Offsets that cannot be read: None."""
     try:
         raw = (proc_root / "sys/kernel/random/boot_id").read_bytes()[:100]
         seconds = time.clock_gettime(time.CLOCK_BOOTTIME)
@@ -32,4 +36,28 @@ def read_boot_time(proc_root: Path = Path("/proc")) -> BootTime | None:
     boot_id = raw.decode("ascii", "replace").strip()
     if not boot_id or not boot_id.isprintable() or len(boot_id) > 64:
         return None
-    return BootTime(boot_id=boot_id, seconds=seconds)
+    offset = _boottime_offset(proc_root)
+    if offset is None:
+        return None
+    return BootTime(boot_id=boot_id, seconds=seconds - offset)
+
+
+_CLOCK_BOOTTIME_ID = "7"
+
+
+def _boottime_offset(proc_root: Path) -> float | None:
+    """This process's time namespace's CLOCK_BOOTTIME offset: 0 without time namespaces (no file)."""
+    try:
+        text = (proc_root / "self/timens_offsets").read_bytes()[:4096].decode("ascii")
+    except FileNotFoundError:
+        return 0.0
+    except (OSError, UnicodeDecodeError):
+        return None
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) == 3 and fields[0] in ("boottime", _CLOCK_BOOTTIME_ID):
+            try:
+                return int(fields[1]) + int(fields[2]) / 1e9
+            except ValueError:
+                return None
+    return None

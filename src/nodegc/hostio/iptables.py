@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import threading
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,10 +51,37 @@ class _Table:
     rules: list[_Rule] = field(default_factory=list)
 
 
+class RuleMemo:
+    """The parse of each rule line of the last dump, by the line's text: the parse is a function of the
+    text alone, so a line met again parses to the same rule (a legacy node, dumped every scan, parses
+    only its changed lines). Lines the last parse did not meet are forgotten."""
+
+    def __init__(self) -> None:
+        self._known: dict[str, tuple[_Rule | None, str]] = {}
+        self._seen: dict[str, tuple[_Rule | None, str]] = {}
+        self._lock = threading.Lock()
+
+    def parse(self, line: str) -> tuple[_Rule | None, str]:
+        found = self._known.get(line)
+        if found is None:
+            found = _parse_rule(_COUNTERS.sub("", line))
+        self._seen[line] = found
+        return found
+
+    def end(self) -> None:
+        with self._lock:
+            self._known, self._seen = self._seen, {}
+
+    def clear(self) -> None:
+        with self._lock:
+            self._known, self._seen = {}, {}
+
+
 def parse_iptables_save(
-    text: str,
+    text: str, *, memo: RuleMemo | None = None
 ) -> tuple[tuple[IptablesChain, ...], tuple[HostportRule, ...], tuple[str, ...]]:
-    """Per-container CNI chains, per-container hostport rules, and why lines were skipped."""
+    """Per-container CNI chains, per-container hostport rules, and why lines were skipped; `memo` (the
+    scan's) takes the parse of a rule line the previous parse met again."""
     skipped: list[str] = []
     tables: list[_Table] = []
     current: _Table | None = None
@@ -84,7 +112,7 @@ def parse_iptables_save(
             elif m["name"] not in current.chains:
                 current.chains.append(m["name"])
         else:
-            rule, reason = _parse_rule(_COUNTERS.sub("", line))
+            rule, reason = memo.parse(line) if memo is not None else _parse_rule(_COUNTERS.sub("", line))
             if rule is None:
                 skipped.append(f"line {line_no}: {reason}: {_shown(line)}")
             else:
@@ -94,6 +122,8 @@ def parse_iptables_save(
     if current is not None:
         skipped.append(f"line {current.line_no}: table {current.name} has no COMMIT")
         tables.append(current)
+    if memo is not None:
+        memo.end()
 
     chains: list[IptablesChain] = []
     hostport: list[HostportRule] = []

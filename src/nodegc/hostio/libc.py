@@ -1,4 +1,4 @@
-"""The few libc calls Python has no wrapper for: setns, mount, umount2. One loader, errno kept.
+"""The few libc calls Python has no wrapper for: setns, mount, umount2, statx. One loader, errno kept.
 
 Each wrapper raises OSError with the errno and a message naming what was attempted; callers decide
 which errnos mean "already done".
@@ -7,14 +7,26 @@ which errnos mean "already done".
 from __future__ import annotations
 
 import ctypes
+import errno
 import functools
 import os
+import struct
 
 CLONE_NEWNET = 0x40000000
 MNT_DETACH = 2
 UMOUNT_NOFOLLOW = 8
 MS_REC = 1 << 14
 MS_PRIVATE = 1 << 18
+AT_FDCWD = -100
+AT_SYMLINK_NOFOLLOW = 0x100
+AT_EMPTY_PATH = 0x1000
+STATX_INO = 0x100
+STATX_MNT_ID_UNIQUE = 0x4000
+"""Linux 6.8: stx_mnt_id is the mount's 64-bit id, never given to another mount until reboot."""
+_STATX_SIZE = 256
+_STATX_MASK = struct.Struct("=I")  # stx_mask, at offset 0
+_STATX_INO = struct.Struct("=Q")  # stx_ino, at offset 32
+_STATX_MNT_ID = struct.Struct("=Q")  # stx_mnt_id, at offset 0x90
 
 
 @functools.cache
@@ -27,6 +39,11 @@ def libc() -> ctypes.CDLL:
     lib.mount.restype = ctypes.c_int
     lib.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
     lib.umount2.restype = ctypes.c_int
+    try:
+        lib.statx.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_uint, ctypes.c_void_p]
+        lib.statx.restype = ctypes.c_int
+    except AttributeError:  # a C library without the wrapper (glibc before 2.28): no unique mount ids
+        pass
     return lib
 
 
@@ -60,3 +77,29 @@ def umount2(target: str | bytes | os.PathLike[str], flags: int = 0, *,
     """`name` is the path the error reports when `target` is a /proc/self/fd/N alias."""
     if libc().umount2(os.fsencode(target), flags) != 0:
         raise _error(name if name is not None else target)
+
+
+def unique_mount(path: str | bytes | None = None, *, fd: int | None = None) -> tuple[int, int] | None:
+    """(inode, unique mount id) of `path` (a symlink in its last component is not followed) or of the open
+    descriptor `fd`; None where the kernel has no unique mount ids (before Linux 6.8) or libc no statx.
+
+    The mount id is the one of the mount the path resolves to now (the topmost one on a mount point), and
+    a unique id is never reused while the machine runs: the same id later is the very same mount."""
+    lib = libc()
+    if not hasattr(lib, "statx"):
+        return None
+    buf = ctypes.create_string_buffer(_STATX_SIZE)
+    if fd is not None:
+        rc = lib.statx(fd, b"", AT_EMPTY_PATH, STATX_INO | STATX_MNT_ID_UNIQUE, buf)
+    else:
+        assert path is not None
+        rc = lib.statx(AT_FDCWD, os.fsencode(path), AT_SYMLINK_NOFOLLOW, STATX_INO | STATX_MNT_ID_UNIQUE, buf)
+    if rc != 0:
+        err = ctypes.get_errno()
+        if err == errno.ENOSYS:
+            return None
+        raise OSError(err, os.strerror(err), os.fsdecode(path) if path is not None else f"fd {fd}")
+    (mask,) = _STATX_MASK.unpack_from(buf, 0)
+    if not mask & STATX_MNT_ID_UNIQUE or not mask & STATX_INO:
+        return None
+    return _STATX_INO.unpack_from(buf, 32)[0], _STATX_MNT_ID.unpack_from(buf, 0x90)[0]

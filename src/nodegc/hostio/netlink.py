@@ -65,6 +65,8 @@ _IFINFOMSG = struct.Struct("=BxHiII")
 _NLA_HDR = struct.Struct("=HH")
 _IFADDRMSG = struct.Struct("=BBBBI")
 _U32 = struct.Struct("=I")
+_U64 = struct.Struct("=Q")
+_SO_NETNS_COOKIE = 71
 _I32 = struct.Struct("=i")
 _RECV_BUF = 1 << 16
 """The kernel fills a dump datagram up to 32 KiB; anything longer than the buffer is reported, not cut."""
@@ -115,7 +117,9 @@ class RtnlSocket:
     def __init__(self, sock: socket.socket) -> None:
         self._sock = sock
         self._seq = itertools.count(1)
-        self._buf = bytearray(_RECV_BUF)
+        self._buf = bytearray()
+        """Allocated at the first receive and dropped at close: `open_many` hands out hundreds of sockets that
+        are read one after the other, and their buffers then take turns in the same memory."""
 
     @classmethod
     def open(cls, net_ns: Path | None = None, *, timeout: float = DEFAULT_TIMEOUT) -> RtnlSocket:
@@ -131,12 +135,22 @@ class RtnlSocket:
 
     def close(self) -> None:
         self._sock.close()
+        self._buf = bytearray()
 
     def __enter__(self) -> RtnlSocket:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def netns_cookie(self) -> int | None:
+        """The cookie of the namespace the socket lives in (SO_NETNS_COOKIE, Linux 5.14): an id no other
+        namespace is given while the machine runs, unlike an inode; None where the kernel has none."""
+        try:
+            raw = self._sock.getsockopt(socket.SOL_SOCKET, _SO_NETNS_COOKIE, _U64.size)
+        except OSError:
+            return None
+        return int(_U64.unpack(raw)[0]) if len(raw) == _U64.size else None
 
     def dump_links(self) -> tuple[list[RawLink], list[str]]:
         """Every link, and why each unreadable link message could not be read.
@@ -360,6 +374,8 @@ class RtnlSocket:
             raise NetlinkError(f"netlink send failed: {e.strerror or e}") from e
 
     def _recv(self) -> int:
+        if not self._buf:
+            self._buf = bytearray(_RECV_BUF)
         try:
             size = self._sock.recv_into(self._buf, _RECV_BUF, socket.MSG_TRUNC)
         except TimeoutError as e:
@@ -622,20 +638,27 @@ def _parse_link(buf: bytearray, start: int, end: int) -> RawLink:
             found[atype] = (off + 4, off + length)
         off += (length + 3) & ~3
     kind = None
-    if IFLA_LINKINFO in found:
-        for sub, c, d in _attrs(buf, *found[IFLA_LINKINFO]):
+    span = found.get(IFLA_LINKINFO)
+    if span is not None:
+        for sub, c, d in _attrs(buf, *span):
             if sub == IFLA_INFO_KIND:
                 kind = _zstring(buf, c, d)
                 break
+    name = found.get(IFLA_IFNAME)
+    mac = found.get(IFLA_ADDRESS)
+    master = found.get(IFLA_MASTER)
+    link = found.get(IFLA_LINK)
+    netnsid = found.get(IFLA_LINK_NETNSID)
+    group = found.get(IFLA_GROUP)
     return RawLink(
-        index=index,
-        name=_zstring(buf, *found[IFLA_IFNAME]) if IFLA_IFNAME in found else None,
-        mac=_mac(buf, *found[IFLA_ADDRESS]) if IFLA_ADDRESS in found else None,
-        master=_u32(buf, *found[IFLA_MASTER]) if IFLA_MASTER in found else None,
-        link=_u32(buf, *found[IFLA_LINK]) if IFLA_LINK in found else None,
-        link_netnsid=_i32(buf, *found[IFLA_LINK_NETNSID]) if IFLA_LINK_NETNSID in found else None,
-        group=_u32(buf, *found[IFLA_GROUP]) if IFLA_GROUP in found else None,
-        kind=kind,
+        index,
+        _zstring(buf, *name) if name is not None else None,
+        _mac(buf, *mac) if mac is not None else None,
+        _u32(buf, *master) if master is not None else None,
+        _u32(buf, *link) if link is not None else None,
+        _i32(buf, *netnsid) if netnsid is not None else None,
+        kind,
+        _u32(buf, *group) if group is not None else None,
     )
 
 
@@ -673,12 +696,12 @@ def _i32(buf: bytearray, a: int, b: int) -> int | None:
 
 
 def _mac(buf: bytearray, a: int, b: int) -> str | None:
-    return ":".join(f"{octet:02x}" for octet in buf[a : a + 6]) if b - a >= 6 else None
+    return buf[a : a + 6].hex(":") if b - a >= 6 else None
 
 
 def _zstring(buf: bytearray, a: int, b: int) -> str | None:
     try:
-        return bytes(buf[a:b]).strip(b"\0").decode("utf-8")
+        return buf[a:b].strip(b"\0").decode("utf-8")
     except UnicodeDecodeError:
         return None
 

@@ -3,6 +3,9 @@
 The file content names the container that holds the address; that id, not the pod's status, is the
 evidence that ties an address to a sandbox. Files are opened with O_NOFOLLOW and read with a bound, so a
 planted symlink or a huge file can neither lead the reader outside the data dir nor exhaust memory.
+
+Scan after scan, a file whose stamp (inode, size, mtime, ctime: `hostio.files.FileMemo`) is the one an
+earlier scan read, long settled, is not opened again: its parse is taken again.
 """
 
 from __future__ import annotations
@@ -16,7 +19,15 @@ from nodegc.hostio.cni_files import (
     MAX_RESERVATION_BYTES,
     parse_reservation,
 )
-from nodegc.hostio.files import FileReadError, irregular, list_top_dir, os_reason, read_small_file, symlink_reason
+from nodegc.hostio.files import (
+    FileMemo,
+    FileReadError,
+    irregular,
+    list_top_dir,
+    os_reason,
+    read_small_file,
+    symlink_reason,
+)
 from nodegc.model.addresses import normalized_ip
 from nodegc.model.resources import IPReservation, Kind, ReadProblem
 
@@ -47,23 +58,31 @@ def _scan_network(net: os.DirEntry[str], problems: list[ReadProblem]) -> list[IP
             problems.append(ReadProblem(Kind.IP_RESERVATION, entry.path, why))
             continue
         try:
+            known = _PARSED.get(entry.path, entry.stat(follow_symlinks=False))
+        except OSError as e:
+            problems.append(ReadProblem(Kind.IP_RESERVATION, entry.path, os_reason(e)))
+            continue
+        if known is not None:
+            found.append(known)
+            continue
+        try:
             small = read_small_file(entry.path, limit=MAX_RESERVATION_BYTES)
             container_id, ifname, legacy = parse_reservation(small.content)
         except (FileReadError, ValueError) as e:
             problems.append(ReadProblem(Kind.IP_RESERVATION, entry.path, str(e)))
             continue
-        found.append(
-            IPReservation(
-                network=net.name,
-                ip=ip,
-                path=entry.path,
-                inode=small.inode,
-                mtime=small.mtime,
-                container_id=container_id,
-                ifname=ifname,
-                legacy_format=legacy,
-            )
+        reservation = IPReservation(
+            network=net.name,
+            ip=ip,
+            path=entry.path,
+            inode=small.inode,
+            mtime=small.mtime,
+            container_id=container_id,
+            ifname=ifname,
+            legacy_format=legacy,
         )
+        _PARSED.put(entry.path, small, reservation)
+        found.append(reservation)
     return found
 
 
@@ -91,4 +110,14 @@ def scan_ip_reservations(
             problems.append(ReadProblem(Kind.IP_RESERVATION, net.path, "network name is not valid UTF-8"))
             continue
         found.extend(_scan_network(net, problems))
+    _PARSED.end_scan()
     return tuple(found), tuple(problems)
+
+
+_PARSED: FileMemo[IPReservation] = FileMemo()
+"""Reservations read by earlier scans of this process, taken again while their file's stamp is unchanged."""
+
+
+def forget_parsed_reservations() -> None:
+    """Forget every remembered parse: the next scan reads every file (a process's first scan)."""
+    _PARSED.clear()

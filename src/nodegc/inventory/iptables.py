@@ -6,7 +6,8 @@ See `nodegc.hostio.iptables` for what counts as a per-container chain and a host
 On an nf_tables node the dump is skipped when nothing changed: the kernel bumps the ruleset generation on
 every committed change, so a generation equal to the one a previous dump was taken at (read before and
 after that dump) means the same rules, and that dump's result is returned again. Legacy (x_tables) rules
-have no such counter and are dumped every time.
+have no such counter and are dumped every time; then only the rule lines the last parse did not meet are
+parsed (`hostio.iptables.RuleMemo`: a line's parse depends on its text alone).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from nodegc.hostio.iptables import parse_iptables_save, read_iptables_save
+from nodegc.hostio.iptables import RuleMemo, parse_iptables_save, read_iptables_save
 from nodegc.hostio.netlink import nft_generation
 from nodegc.model.resources import FirewallRule, HostportRule, IptablesChain, Kind, ReadProblem
 
@@ -88,7 +89,7 @@ def scan_iptables_all(
         if last is not None and last.generation == generation:
             return last.result
     text, problems = read_iptables_save(commands=commands, net_ns=net_ns, timeout=timeout)
-    chains, hostport, skipped = parse_iptables_save(text)
+    chains, hostport, skipped = parse_iptables_save(text, memo=_RULES if reuse else None)
     where = "iptables-save output"
     parse_problems = tuple(ReadProblem(Kind.IPTABLES_CHAIN, where, reason) for reason in skipped)
     result = (chains, hostport, firewall_rules_of(text), problems + parse_problems)
@@ -106,12 +107,15 @@ class _Dumped:
 
 _last: dict[tuple[str | None, tuple[str, ...]], _Dumped] = {}
 _lock = threading.Lock()
+_RULES = RuleMemo()
+"""The scan's rule lines already parsed (a legacy node is dumped every scan; most lines stay the same)."""
 
 
 def forget_dumps() -> None:
     """Drop the remembered dumps (tests)."""
     with _lock:
         _last.clear()
+    _RULES.clear()
 
 
 def _is_nft(command: str) -> bool:

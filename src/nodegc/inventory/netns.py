@@ -9,6 +9,7 @@ and the inodes are the identity a later re-verify compares against.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import ipaddress
 import os
 import re
@@ -243,12 +244,20 @@ def _addresses(rtnl: RtnlSocket, path: Path) -> tuple[str, ...]:
         raise NetnsReadError(f"cannot read addresses in netns {os.fsdecode(path)}: {e}") from e
     out: list[str] = []
     for _index, raw in addresses:
-        try:
-            ip = ipaddress.ip_address(raw.split("%", 1)[0])
-        except ValueError:
-            continue
-        if ip.is_loopback or ip.is_link_local:
-            continue
-        if str(ip) not in out:
-            out.append(str(ip))
+        ip = _pod_address(raw)
+        if ip is not None and ip not in out:
+            out.append(ip)
     return tuple(out)
+
+
+@functools.lru_cache(maxsize=8192)
+def _pod_address(raw: str) -> str | None:
+    """The address as nodegc writes it, or None for a loopback, link-local or unparsable one. Remembered:
+    a node's namespaces show the same addresses scan after scan."""
+    try:
+        ip = ipaddress.ip_address(raw.split("%", 1)[0])
+    except ValueError:
+        return None
+    if ip.is_loopback or ip.is_link_local:
+        return None
+    return str(ip)

@@ -15,6 +15,7 @@ See `PodDirWatcher` for when it walks everything anyway.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import math
 import os
 import stat
@@ -229,6 +230,13 @@ def scan_pod_dirs(
 FULL_WALK_SECONDS = 300.0
 """The longest a pod directory's walk is taken again: then every directory is walked, events or not."""
 
+WATCH_LIMIT_RETRY_SECONDS = 3600.0
+"""After the inotify watch limit was hit: every pod directory is walked, and the watches are tried again only
+after this long (they compete with the kubelet's and the runtime's watches for the same per-user limit)."""
+
+FALLBACK_REASONS = ("watch_limit", "inotify_unavailable", "events_unreadable")
+"""Why the watcher turned to walking every pod directory every scan (`PodDirWatcher.fallbacks`)."""
+
 LOCAL_FILESYSTEMS = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "f2fs", "zfs"})
 """Where inotify sees every change: a network or FUSE filesystem changed from elsewhere raises no event,
 and an overlay's lower layers can change under it; on any other filesystem every scan walks everything."""
@@ -264,8 +272,11 @@ class PodDirWatcher:
       device, and its inotify instance works;
     - no event came for any directory of that pod (each watch is added before its directory is listed);
       a queue overflow, an event of an unknown watch or a failed drain forgets every walk;
-    - the walk had no read problem and every watch of it was added (a full watch table forgets nothing
-      else: that pod is simply walked every scan);
+    - the walk had no read problem and every watch of it was added (a watch that cannot be added forgets
+      nothing else: that pod is simply walked every scan), and the per-user inotify watch limit
+      (fs.inotify.max_user_watches) was not hit: then every watch is released at once (the kubelet and the
+      runtime need that limit too), every pod directory is walked every scan, and the watches are tried again
+      only `WATCH_LIMIT_RETRY_SECONDS` later;
     - the pod directory's inode is the one listed now, and the ids of the mounts at or below it are the
       same (a mount over a listed directory raises no event, but it changes the mount table);
     - the last full walk is less than `full_walk_seconds` old.
@@ -287,6 +298,15 @@ class PodDirWatcher:
         self.reused = 0
         self.walked = 0
         self.full_walks = 0
+        self.watching = False
+        """Whether the last scan was watched (False: it walked every pod directory)."""
+        self.fallbacks = dict.fromkeys(FALLBACK_REASONS, 0)
+        """Times the watcher turned to walking everything, by reason (`FALLBACK_REASONS`)."""
+
+    def stats(self) -> dict[str, int]:
+        """For the metrics: `watching` (1 or 0) and `fallbacks_<reason>`."""
+        with self._lock:
+            return {"watching": int(self.watching), **{f"fallbacks_{k}": v for k, v in self.fallbacks.items()}}
 
     def close(self) -> None:
         with self._lock:
@@ -307,6 +327,7 @@ class PodDirWatcher:
         mounts are not looked up again: they were computed from the same table."""
         with self._lock:
             inotify = self._begin(scan.index, pods_path, st)
+            self.watching = inotify is not None
             if inotify is None:
                 pods = [pod for entry in scan.entries(pods_path) if (pod := _pod(scan, entry)) is not None]
                 self.walked += len(pods)
@@ -331,8 +352,9 @@ class PodDirWatcher:
                 # Out of inotify instances (a per-user limit other programs share), say: walk everything,
                 # and try again after a full-walk period rather than never.
                 self._retry_at = self.monotonic() + self.full_walk_seconds
+                self.fallbacks["inotify_unavailable"] += 1
                 log.warning("inotify unavailable: every pod directory is walked every scan for now",
-                            error=str(e), retry_seconds=self.full_walk_seconds)
+                            reason="inotify_unavailable", error=str(e), retry_seconds=self.full_walk_seconds)
                 return None
         now = self.monotonic()
         if now - self._last_full >= self.full_walk_seconds:
@@ -342,7 +364,9 @@ class PodDirWatcher:
         try:
             events = self._inotify.read_events()
         except OSError as e:
-            log.warning("inotify events unreadable: every pod directory is walked again", error=str(e))
+            self.fallbacks["events_unreadable"] += 1
+            log.warning("inotify events unreadable: every pod directory is walked again",
+                        reason="events_unreadable", error=str(e))
             self._reset()
             return None
         for ev in events:
@@ -364,12 +388,19 @@ class PodDirWatcher:
               mounts: tuple[Mount, ...] | None) -> tuple[tuple[PodDir, ...], tuple[ReadProblem, ...]]:
         owner: list[str | None] = [None]
         unwatched = [False]
+        limit: list[OSError] = []
+        """The watch limit was hit: no watch is tried again this scan, and all are released after it."""
 
         def watch(path: str) -> None:
+            if limit:
+                unwatched[0] = True
+                return
             try:
                 wd = inotify.add_watch(path)
-            except OSError:
+            except OSError as e:
                 unwatched[0] = True
+                if e.errno == errno.ENOSPC:
+                    limit.append(e)
                 return
             known = self._owners.get(wd, _NO_OWNER)
             if known not in (_NO_OWNER, owner[0]):
@@ -409,7 +440,19 @@ class PodDirWatcher:
         for gone in set(self._walks) - listed:
             del self._walks[gone]
         scan.watch = None
+        if limit:
+            self._watch_limit(limit[0])
         return tuple(pods), tuple(scan.problems)
+
+    def _watch_limit(self, e: OSError) -> None:
+        """Release every watch now and walk everything until `WATCH_LIMIT_RETRY_SECONDS` have passed."""
+        self._reset()
+        self.watching = False
+        self._retry_at = self.monotonic() + WATCH_LIMIT_RETRY_SECONDS
+        self.fallbacks["watch_limit"] += 1
+        log.warning("inotify watch limit reached (fs.inotify.max_user_watches): every watch released, every pod"
+                    " directory walked every scan for now", reason="watch_limit", error=e.strerror or str(e),
+                    max_user_watches=_max_user_watches(), retry_seconds=WATCH_LIMIT_RETRY_SECONDS)
 
     def _again(self, scan: _Scan, entry: os.DirEntry[str], *, mounts: tuple[Mount, ...] | None) -> PodDir | None:
         """The remembered walk of this entry with this scan's mounts, or None."""
@@ -434,6 +477,13 @@ class PodDirWatcher:
             pod = dataclasses.replace(pod, volumes=volumes)
         self._walks[entry.name] = _Remembered(inode, pod, mounts)
         return pod
+
+
+def _max_user_watches() -> int | None:
+    try:
+        return int(Path("/proc/sys/fs/inotify/max_user_watches").read_text())
+    except (OSError, ValueError):
+        return None
 
 
 _watchers: dict[str, PodDirWatcher] = {}

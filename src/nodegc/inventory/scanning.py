@@ -15,10 +15,10 @@ from nodegc.hostio.iptables_backend import commands as iptables_commands
 from nodegc.hostio.mountinfo import forget_parses, read_mounts
 from nodegc.inventory.cni_cache import forget_parsed_entries, scan_cni_cache
 from nodegc.inventory.cni_conf import scan_ranges
-from nodegc.inventory.cni_ipam import scan_ip_reservations
+from nodegc.inventory.cni_ipam import forget_parsed_reservations, scan_ip_reservations
 from nodegc.inventory.cri.runtimes import read_runtime
 from nodegc.inventory.iptables import forget_dumps, scan_iptables_all
-from nodegc.inventory.links import scan_veths
+from nodegc.inventory.links import forget_netnsids, scan_veths
 from nodegc.inventory.netns import (
     NetnsReadError,
     is_runtime_netns_dir,
@@ -112,11 +112,14 @@ def scan_node(
 
 def forget_remembered() -> None:
     """Forget every read a later scan takes again while it is provably unchanged (the mount table's
-    parse, the iptables dumps, parsed files, pod directory walks): the next scan is a process's first."""
+    parse, the iptables dumps, parsed files, pod directory walks, netnsids): the next scan is a process's
+    first."""
     forget_parses()
     forget_dumps()
     forget_parsed_entries()
+    forget_parsed_reservations()
     forget_watchers()
+    forget_netnsids()
 
 
 def _read_host(roots: Roots, taken_at: datetime, rules_read: Future[_Rules], *,

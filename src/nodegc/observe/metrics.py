@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, start_http_server
-from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from nodegc import __version__
@@ -25,8 +25,8 @@ RANGE_LABELS = ("network", "range")
 WATCH_EVENT_TYPES = ("added", "modified", "deleted", "bookmark", "error")
 RELIST_REASONS = ("gone", "stalled", "error")
 RECLAIM_RESULTS = ("ok", "gone", "changed", "failed", "dry_run")
-BLOCK_REASONS = ("source_unavailable", "stale_source", "blast_radius", "runtime_unavailable", "rate_limit",
-                 "reverification")
+BLOCK_REASONS = ("source_unavailable", "stale_source", "view_not_current", "blast_radius", "runtime_unavailable",
+                 "rate_limit", "reverification")
 """Every reason (and every kind and result of a reclaim) is exported from the start at 0, so rate() and
 increase() see the first block or failure."""
 
@@ -223,6 +223,10 @@ class Metrics:
         """Export the pod watch's counters (PodReflector.stats) at each scrape."""
         self.registry.register(_ReflectorCollector(stats))
 
+    def pod_dir_watch(self, stats: Callable[[], Mapping[str, int]] | None) -> None:
+        """Export the pod directory watches' state (PodDirWatcher.stats) at each scrape; None: turned off."""
+        self.registry.register(_PodDirWatchCollector(stats))
+
     # --- exposition --------------------------------------------------------------------------------
 
     def render(self) -> bytes:
@@ -232,6 +236,33 @@ class Metrics:
         """Serve /metrics in a daemon thread; port 0 picks a free port (see `MetricsServer.port`)."""
         server, thread = start_http_server(port, addr=host, registry=self.registry)
         return MetricsServer(server=server, thread=thread)
+
+
+POD_DIR_WATCH_FALLBACKS = ("watch_limit", "inotify_unavailable", "events_unreadable")
+"""inventory.pod_dirs.FALLBACK_REASONS (a unit test holds them equal; observe imports no inventory)."""
+
+
+class _PodDirWatchCollector(Collector):
+    def __init__(self, stats: Callable[[], Mapping[str, int]] | None) -> None:
+        self.stats = stats
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(())
+
+    def collect(self) -> Iterator[Metric]:
+        stats = self.stats() if self.stats is not None else {}
+        active = GaugeMetricFamily("nodegc_pod_dir_watch_active", "1 when the last scan's pod directories were"
+                                   " watched with inotify (unchanged ones not walked again), 0 when every one was"
+                                   " walked (turned off with --no-watch-pod-dirs, or a fallback).")
+        active.add_metric([], stats.get("watching", 0))
+        yield active
+        fallbacks = CounterMetricFamily("nodegc_pod_dir_watch_fallbacks", "Times the pod directory watches"
+                                        " gave way to walking every pod directory, by reason: watch_limit"
+                                        " (fs.inotify.max_user_watches hit), inotify_unavailable (no instance),"
+                                        " events_unreadable.", labels=["reason"])
+        for reason in POD_DIR_WATCH_FALLBACKS:
+            fallbacks.add_metric([reason], stats.get(f"fallbacks_{reason}", 0))
+        yield fallbacks
 
 
 class _ReflectorCollector(Collector):
@@ -262,3 +293,14 @@ class _ReflectorCollector(Collector):
         for kind in WATCH_EVENT_TYPES:
             events.add_metric([kind], stats.get(f"events_{kind}", 0))
         yield events
+        proofs = CounterMetricFamily("nodegc_reflector_proofs", "Proofs that the watched view is current, taken by "
+                                     "cycles with something to act on, by result: proven, or refused "
+                                     "(view_not_current).", labels=["result"])
+        refused = stats.get("proofs_refused", 0)
+        proofs.add_metric(["proven"], stats.get("proofs", 0) - refused)
+        proofs.add_metric(["refused"], refused)
+        yield proofs
+        reads = CounterMetricFamily("nodegc_reflector_proof_lease_reads", "Node Lease GETs made by those proofs "
+                                    "(the lists' own Lease GETs are not counted).")
+        reads.add_metric([], stats.get("proof_witness_reads", 0))
+        yield reads

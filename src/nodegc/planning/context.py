@@ -68,6 +68,8 @@ class Context:
     """Reserved IPs of each CNI network."""
     chain_ips: dict[str, set[str]] = field(default_factory=dict)
     """Pod IPs the CNI rules of each container id name."""
+    backed_networks: dict[str, bool] = field(default_factory=dict)
+    """Whether a live pod's status IP is reserved in each network, once asked (network_ips is complete then)."""
 
     unaccounted: list[Pod] = field(default_factory=list)
     """Running pods (not hostNetwork) that no readable cache entry leads to: their sandbox's attachments
@@ -197,6 +199,10 @@ class Context:
         return note
 
     def pending_note(self) -> str | None:
+        return self._pending_note
+
+    @functools.cached_property
+    def _pending_note(self) -> str | None:
         if not self.pods.unsettled:
             return None
         names = ", ".join(f"{p.namespace}/{p.name}" for p in self.pods.unsettled[:3])

@@ -33,6 +33,8 @@ class Correlation:
     """The kubelet domain's findings as it made them: it runs first and reads no namespace."""
     network: NetworkPass
     """What the network domain decided without looking at a namespace."""
+    pod_logs: tuple[Finding, ...] = ()
+    """The pod log directories' findings: they depend on no namespace and no other finding."""
 
 
 def correlate(
@@ -66,8 +68,13 @@ def correlation(
     kubelet = tuple(ctx.findings)
     network = correlate_network(ctx, reuse.network if reuse is not None else None)
     correlate_runtime(ctx)
-    correlate_pod_logs(ctx)
+    start = len(ctx.findings)
+    if reuse is not None:
+        ctx.findings.extend(reuse.pod_logs)
+    else:
+        correlate_pod_logs(ctx)
+    pod_logs = tuple(ctx.findings[start:])
     correlate_firewall(ctx)
     shared_namespaces(ctx)
     stand_or_fall_together(ctx)
-    return Correlation(tuple(ctx.findings), ctx, kubelet, network)
+    return Correlation(tuple(ctx.findings), ctx, kubelet, network, pod_logs)

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from nodegc.model.findings import Finding, FindingClass
 from nodegc.model.pods import OwnerState
-from nodegc.model.resources import Kind, PodDir
+from nodegc.model.resources import Kind, PodDir, PodLogDir
 from nodegc.planning.context import GONE, HOLDING, Context
 from nodegc.planning.owners import Resolution
 
@@ -15,15 +15,18 @@ _EXCLUSIVE_FS = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs"})
 
 
 def correlate_kubelet(ctx: Context) -> None:
+    logs: dict[str, PodLogDir] = {}
+    for log_dir in ctx.inv.pod_logs:
+        logs.setdefault(log_dir.uid, log_dir)  # the first of a UID, as a search would find it
     for pod_dir in ctx.inv.pod_dirs:
-        _pod_dir(ctx, pod_dir)
+        _pod_dir(ctx, pod_dir, logs)
     _volume_conflicts(ctx)
 
 
-def _pod_dir(ctx: Context, pod_dir: PodDir) -> None:
+def _pod_dir(ctx: Context, pod_dir: PodDir, logs: dict[str, PodLogDir]) -> None:
     res = ctx.pods.resolve_uid(pod_dir.uid)
     if res.state is OwnerState.ABSENT:
-        res = _named(ctx, res)
+        res = _named(ctx, res, logs)
     evidence = res.evidence
     static = None
     if res.state is OwnerState.ABSENT:
@@ -59,7 +62,7 @@ def _pod_dir(ctx: Context, pod_dir: PodDir) -> None:
         ctx.add(Finding(vcls, Kind.VOLUME_MOUNT, volume.path, res.owner, res.state, vev))
 
 
-def _named(ctx: Context, res: Resolution) -> Resolution:
+def _named(ctx: Context, res: Resolution, logs: dict[str, PodLogDir]) -> Resolution:
     """An absent owner known only by UID gets the namespace/name its cache entries or log directory give,
     so that terminate can ask the API for it: a list that silently left a live pod out is then caught by
     the live GET of that pod (same UID: it exists), not trusted."""
@@ -68,15 +71,17 @@ def _named(ctx: Context, res: Resolution) -> Resolution:
         if entry.pod_namespace and entry.pod_name:
             owner = replace(res.owner, namespace=entry.pod_namespace, name=entry.pod_name)
             return replace(res, owner=owner, evidence=(*res.evidence, f"its cache entry names {owner.label()}"))
-    for log_dir in ctx.inv.pod_logs:
-        if log_dir.uid == uid:
-            owner = replace(res.owner, namespace=log_dir.namespace, name=log_dir.name)
-            return replace(res, owner=owner, evidence=(*res.evidence, f"its log directory names {owner.label()}"))
+    log_dir = logs.get(uid) if uid is not None else None
+    if log_dir is not None:
+        owner = replace(res.owner, namespace=log_dir.namespace, name=log_dir.name)
+        return replace(res, owner=owner, evidence=(*res.evidence, f"its log directory names {owner.label()}"))
     return res
 
 
 def _volume_conflicts(ctx: Context) -> None:
     """One exclusive block filesystem mounted into two live pods is reported, never reclaimed."""
+    if not any(m.fs_type in _EXCLUSIVE_FS for m in ctx.inv.mounts):
+        return  # no exclusive block filesystem is mounted at all
     mounts = {m.mount_id: m for m in ctx.inv.mounts}
     volume_mounts = {v.path: v.mount_id for d in ctx.inv.pod_dirs for v in d.volumes if v.mounted}
     holders: dict[str, list[int]] = defaultdict(list)

@@ -10,7 +10,7 @@ import functools
 import re
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field
 
 from nodegc.model.findings import Finding, FindingClass, Owner
 from nodegc.model.pods import OwnerState, Pod
@@ -32,19 +32,38 @@ from nodegc.planning.phases import hostport_rule_id
 class NetworkPass:
     """What the network domain decided without looking at any namespace: the reservations (and the
     conflicts of pod status), and the chains and hostport rules, which follow the reservations and the
-    cache entries' owners. A second pass over the same scan with more namespace addresses read takes them."""
+    cache entries' owners. A second pass over the same scan with more namespace addresses read takes them.
+
+    The verdicts on cache entries, namespaces and veths depend on the namespaces, but each only on the
+    netns records of its own keys (and a veth on its peer namespace's verdict): a second pass takes the
+    verdicts of this one but for the keys whose record changed (`_changed_keys`)."""
 
     reservations: tuple[Finding, ...]
     reservations_by_cid: dict[str, list[tuple[IPReservation, Finding]]]
     rules: tuple[Finding, ...]
+    network_ips: dict[str, set[str]] = field(default_factory=dict)
+    chain_ips: dict[str, set[str]] = field(default_factory=dict)
+    netns: tuple[NetnsEntry, ...] = ()
+    """The netns records this pass judged, and what it looked up of them."""
+    netns_by_key: dict[str, NetnsEntry] = field(default_factory=dict)
+    netns_unreadable: frozenset[str] = frozenset()
+    netns_class: dict[str, Finding] = field(default_factory=dict)
+    cache_findings: tuple[Finding, ...] = ()
+    """The verdicts on `inv.cni_cache`, `inv.netns` and `inv.veths`, one per record, in order."""
+    netns_findings: tuple[Finding, ...] = ()
+    veth_findings: tuple[Finding, ...] = ()
 
 
 def correlate_network(ctx: Context, previous: NetworkPass | None = None) -> NetworkPass:
     """`previous`: the pass of a correlation whose inventory differs from this one's in its namespaces
     only (`Context.same_but_netns`)."""
-    for r in ctx.inv.ip_reservations:
-        ctx.network_ips[r.network].add(r.ip)
-    ctx.chain_ips.update(_chain_ips(ctx.inv))
+    if previous is None:
+        for r in ctx.inv.ip_reservations:
+            ctx.network_ips[r.network].add(r.ip)
+        ctx.chain_ips.update(_chain_ips(ctx.inv))
+    else:
+        ctx.network_ips.update(previous.network_ips)
+        ctx.chain_ips.update(previous.chain_ips)
     start = len(ctx.findings)
     if previous is None:
         reserved_ips = {r.ip for r in ctx.inv.ip_reservations}
@@ -55,13 +74,10 @@ def correlate_network(ctx: Context, previous: NetworkPass | None = None) -> Netw
         ctx.findings.extend(previous.reservations)
         ctx.reservations_by_cid.update(previous.reservations_by_cid)
     reservations = tuple(ctx.findings[start:])
-    for entry in ctx.inv.cni_cache:
-        _cache_entry(ctx, entry)
-    ctx.cache_findings = {f.id: f for f in ctx.findings if f.kind is Kind.CNI_CACHE}
-    for ns in ctx.inv.netns:
-        _netns(ctx, ns)
-    for link in ctx.inv.veths:
-        _veth(ctx, link)
+    changed = _changed_keys(previous, ctx) if previous is not None else None
+    cache_findings = _cache_entries(ctx, previous, changed)
+    netns_findings = _namespaces(ctx, previous, changed)
+    veth_findings = _veths(ctx, previous)
     start = len(ctx.findings)
     if previous is None:
         for chain in ctx.inv.chains:
@@ -70,17 +86,92 @@ def correlate_network(ctx: Context, previous: NetworkPass | None = None) -> Netw
             _by_container(ctx, Kind.HOSTPORT_RULE, _rule_id(rule), rule.container_id, rule.network)
     else:
         ctx.findings.extend(previous.rules)
-    return NetworkPass(reservations, dict(ctx.reservations_by_cid), tuple(ctx.findings[start:]))
+    return NetworkPass(reservations, dict(ctx.reservations_by_cid), tuple(ctx.findings[start:]),
+                       network_ips=dict(ctx.network_ips), chain_ips=dict(ctx.chain_ips), netns=ctx.inv.netns,
+                       netns_by_key=ctx.netns_by_key, netns_unreadable=ctx.netns_unreadable,
+                       netns_class=dict(ctx.netns_class), cache_findings=cache_findings,
+                       netns_findings=netns_findings, veth_findings=veth_findings)
+
+
+def _cache_entries(ctx: Context, previous: NetworkPass | None, changed: set[str] | None) -> tuple[Finding, ...]:
+    """A verdict per cache entry; the previous pass's where no key the entry's netns path reads changed."""
+    start = len(ctx.findings)
+    if previous is None or changed is None:
+        for entry in ctx.inv.cni_cache:
+            _cache_entry(ctx, entry)
+    else:
+        redo = {id(e) for key in changed for e in ctx.cache.by_netns.get(key, ())}
+        for entry, before in zip(ctx.inv.cni_cache, previous.cache_findings, strict=True):
+            if id(entry) in redo:
+                _cache_entry(ctx, entry)
+            else:
+                ctx.add(before)
+    made = tuple(ctx.findings[start:])
+    # one verdict per entry, the last of a path wins (as a search of the findings by id would find it)
+    ctx.cache_findings = {f.id: f for f in made}
+    return made
+
+
+def _namespaces(ctx: Context, previous: NetworkPass | None, changed: set[str] | None) -> tuple[Finding, ...]:
+    start = len(ctx.findings)
+    aligned = previous is not None and len(previous.netns) == len(ctx.inv.netns)
+    for i, ns in enumerate(ctx.inv.netns):
+        if previous is None or changed is None or not aligned or _netns_changed(ns, previous.netns[i], changed):
+            finding = _netns(ctx, ns)
+        else:
+            finding = ctx.add(previous.netns_findings[i])
+        ctx.netns_class[ns.path] = finding
+    return tuple(ctx.findings[start:])
+
+
+def _veths(ctx: Context, previous: NetworkPass | None) -> tuple[Finding, ...]:
+    """A veth follows its peer's namespace: the previous verdict stands while that namespace's does."""
+    start = len(ctx.findings)
+    if previous is None:
+        for link in ctx.inv.veths:
+            _veth(ctx, link)
+    else:
+        for link, before in zip(ctx.inv.veths, previous.veth_findings, strict=True):
+            peer = link.peer_netns_path or ""
+            if ctx.netns_class.get(peer) is previous.netns_class.get(peer):
+                ctx.add(before)
+            else:
+                _veth(ctx, link)
+    return tuple(ctx.findings[start:])
+
+
+def _changed_keys(previous: NetworkPass, ctx: Context) -> set[str]:
+    """The netns keys whose lookup (`_netns_held`: the record of the key, and whether its addresses could
+    not be read) differs between the previous pass and this one: only verdicts that read them can differ."""
+    changed: set[str] = set()
+    before, now = previous.netns_by_key, ctx.netns_by_key
+    for key in before.keys() | now.keys():
+        a, b = before.get(key), now.get(key)
+        if a is not b or (a is not None and b is not None
+                          and (a.path in previous.netns_unreadable) != (b.path in ctx.netns_unreadable)):
+            changed.add(key)
+    return changed
+
+
+def _netns_changed(ns: NetnsEntry, before: NetnsEntry, changed: set[str]) -> bool:
+    """Whether the verdict on `ns` may differ from the previous pass's on `before` (the record at its place):
+    another record, or a key it reads (the entries naming it, the record `_netns_held` looks up) changed."""
+    if ns is not before:
+        return True
+    key = entry_key(ns)
+    return key in changed or (not key and netns_key(ns.path) in changed)
 
 
 def shared_namespaces(ctx: Context) -> None:
     """A cache entry to be DEL'd whose netns another sandbox's entry (another container id) names, while
     that entry is kept for any reason: the DEL would run inside a namespace something may still use. Runs
     after every domain (the runtime's word may have kept or released either entry)."""
+    shared = [(key, entries) for key, entries in ctx.cache.by_netns.items()
+              if len(entries) > 1 and len({e.container_id for e in entries}) > 1]
+    if not shared:
+        return
     by_path = {f.id: i for i, f in enumerate(ctx.findings) if f.kind is Kind.CNI_CACHE}
-    for key, entries in ctx.cache.by_netns.items():
-        if len({e.container_id for e in entries}) < 2:
-            continue
+    for key, entries in shared:
         kept = [e for e in entries if (i := by_path.get(e.path)) is not None and not ctx.findings[i].cls.is_residue]
         for e in entries:
             i = by_path.get(e.path)
@@ -104,11 +195,15 @@ def stand_or_fall_together(ctx: Context) -> None:
     releases all its reservations, so no part may go while another is kept. (A runtime sandbox itself is
     not a part: the runtime removes it first, and its parts wait for that.)"""
     groups: dict[str, list[int]] = defaultdict(list)
-    for index, finding in enumerate(ctx.findings):
-        if finding.owner.container_id and finding.kind in _ATTACHMENT:
-            groups[finding.owner.container_id].append(index)
+    findings = ctx.findings
+    for index, finding in enumerate(findings):
+        if (cid := finding.owner.container_id) and finding.kind in _ATTACHMENT:
+            groups[cid].append(index)
     for cid, indexes in groups.items():
-        members = [ctx.findings[i] for i in indexes]
+        first = findings[indexes[0]].cls
+        if all(findings[i].cls is first for i in indexes):
+            continue  # parts of one class: all residue (none kept), or all kept alike (none weaker)
+        members = [findings[i] for i in indexes]
         keeping = [f for f in members if not f.cls.is_residue]
         if not keeping:
             continue
@@ -123,9 +218,9 @@ def stand_or_fall_together(ctx: Context) -> None:
         note = f"{ref.kind.value} {ref.id} of the same container {short(cid)} is {ref.cls.value}"
         for i in changed:
             old = ctx.findings[i]
-            ctx.findings[i] = replace(old, cls=cls, owner=ref.owner if in_use else old.owner,
-                                      owner_state=ref.owner_state if in_use else old.owner_state,
-                                      evidence=(*old.evidence, note))
+            ctx.findings[i] = Finding(cls, old.kind, old.id, ref.owner if in_use else old.owner,
+                                      ref.owner_state if in_use else old.owner_state, (*old.evidence, note),
+                                      netns=old.netns, ip=old.ip, sandbox=old.sandbox)
 
 
 def _container_mtime(ctx: Context, container_id: str) -> float | None:
@@ -136,23 +231,25 @@ def _container_mtime(ctx: Context, container_id: str) -> float | None:
 
 
 def _cache_for(ctx: Context, container_id: str | None, network: str | None) -> list[CNICacheEntry]:
-    if not container_id:
+    entries = ctx.cache.by_container.get(container_id) if container_id else None
+    if not entries:
         return []
-    entries = ctx.cache.by_container.get(container_id, [])
-    same_net = [e for e in entries if network is None or e.network == network]
+    if network is None:
+        return entries
+    same_net = [e for e in entries if e.network == network]
     return same_net or entries
 
 
 def _resolve_container(ctx: Context, container_id: str, network: str | None) -> Resolution | None:
     """The most protective resolution among the cache entries of one sandbox."""
-    entries = _cache_for(ctx, container_id, network)
-    if not entries:
-        return None
-    resolutions = [ctx.owner_of(e) for e in entries]
-    for res in resolutions:
+    first: Resolution | None = None
+    for entry in _cache_for(ctx, container_id, network):
+        res = ctx.owner_of(entry)
         if res.state in HOLDING:
             return res
-    return resolutions[0]
+        if first is None:
+            first = res
+    return first
 
 
 def _reservation(ctx: Context, r: IPReservation, reserved_ips: set[str]) -> None:
@@ -285,7 +382,11 @@ def _network_backed_by_status(ctx: Context, network: str) -> bool:
     """A network reflects pod status when a live pod's status IP is reserved in it (or no pod runs)."""
     if not ctx.pods.claims:
         return True
-    return any(ip in ctx.network_ips[network] for ip in ctx.pods.claims)
+    backed = ctx.backed_networks.get(network)
+    if backed is None:
+        ips = ctx.network_ips.get(network, set())
+        backed = ctx.backed_networks[network] = any(ip in ips for ip in ctx.pods.claims)
+    return backed
 
 
 def _status_conflicts(ctx: Context, reserved_ips: set[str]) -> None:
@@ -345,22 +446,20 @@ def _netns_held(ctx: Context, netns: str | None, owner_uid: str | None, *, key: 
     return None
 
 
-def _cache_entry(ctx: Context, entry: CNICacheEntry) -> None:
+def _cache_entry(ctx: Context, entry: CNICacheEntry) -> Finding:
     res = ctx.owner_of(entry)
     conflict = None
     if res.state is OwnerState.ABSENT:
         static = ctx.static_owner(uid=entry.pod_uid, namespace=entry.pod_namespace, name=entry.pod_name)
         if static is not None:
-            ctx.add(Finding(FindingClass.PROTECTED, Kind.CNI_CACHE, entry.path, res.owner, res.state,
-                            (*res.evidence, static), netns=entry.netns, ip=entry.ips[0] if entry.ips else None))
-            return
+            return ctx.add(Finding(FindingClass.PROTECTED, Kind.CNI_CACHE, entry.path, res.owner, res.state,
+                                   (*res.evidence, static), netns=entry.netns, ip=entry.ips[0] if entry.ips else None))
     if res.state in GONE:
         conflict = (_claimed_elsewhere(ctx, entry.ips, res.owner.uid) or _shared_netns(ctx, entry, res.owner.uid)
                     or _netns_held(ctx, entry.netns, res.owner.uid))
     if conflict:
-        ctx.add(Finding(FindingClass.CONFLICT, Kind.CNI_CACHE, entry.path, res.owner, res.state,
-                          (*res.evidence, conflict), netns=entry.netns, ip=entry.ips[0] if entry.ips else None))
-        return
+        return ctx.add(Finding(FindingClass.CONFLICT, Kind.CNI_CACHE, entry.path, res.owner, res.state,
+                               (*res.evidence, conflict), netns=entry.netns, ip=entry.ips[0] if entry.ips else None))
     if res.state in HOLDING:
         cls = FindingClass.IN_USE if res.state is not OwnerState.UNKNOWN else FindingClass.UNKNOWN
     else:
@@ -369,11 +468,12 @@ def _cache_entry(ctx: Context, entry: CNICacheEntry) -> None:
                       netns=entry.netns, ip=entry.ips[0] if entry.ips else None)
     if cls.is_residue and ctx.young(entry.mtime):
         finding = reclass(finding, FindingClass.PROTECTED, ctx.age_note(entry.mtime))
-    ctx.add(finding)
+    return ctx.add(finding)
 
 
-def _netns(ctx: Context, ns: NetnsEntry) -> None:
-    entries = ctx.cache.by_netns.get(entry_key(ns), [])
+def _netns(ctx: Context, ns: NetnsEntry) -> Finding:
+    key = entry_key(ns)
+    entries = ctx.cache.by_netns.get(key, [])
     finding: Finding
     if entries:
         resolutions = [ctx.owner_of(e) for e in entries]
@@ -381,7 +481,7 @@ def _netns(ctx: Context, ns: NetnsEntry) -> None:
         res = holding[0] if holding else resolutions[0]
         conflict = None if holding else (
             _claimed_elsewhere(ctx, [ip for e in entries for ip in e.ips], res.owner.uid)
-            or _netns_held(ctx, ns.path, res.owner.uid, key=entry_key(ns)))
+            or _netns_held(ctx, ns.path, res.owner.uid, key=key))
         evidence = res.evidence
         if res.state is OwnerState.UNKNOWN:
             cls = FindingClass.UNKNOWN
@@ -402,8 +502,7 @@ def _netns(ctx: Context, ns: NetnsEntry) -> None:
         finding = _netns_by_addresses(ctx, ns)
     if finding.cls.is_residue and ctx.young(ns.mtime):
         finding = reclass(finding, FindingClass.PROTECTED, ctx.age_note(ns.mtime))
-    ctx.netns_class[ns.path] = finding
-    ctx.add(finding)
+    return ctx.add(finding)
 
 
 def _netns_by_addresses(ctx: Context, ns: NetnsEntry) -> Finding:
@@ -430,21 +529,24 @@ def _netns_by_addresses(ctx: Context, ns: NetnsEntry) -> Finding:
                    (*evidence, f"holds {', '.join(ns.addresses)}, claimed by no pod"), netns=ns.path)
 
 
-def _veth(ctx: Context, link: VethLink) -> None:
+_VETH_CLASS = {
+    FindingClass.IN_USE: FindingClass.IN_USE,
+    FindingClass.LEAKED_NETNS: FindingClass.DANGLING_VETH,
+    FindingClass.PROTECTED: FindingClass.PROTECTED,
+}
+"""A veth's class by its peer namespace's (anything else: unknown)."""
+
+
+def _veth(ctx: Context, link: VethLink) -> Finding:
     ns_finding = ctx.netns_class.get(link.peer_netns_path or "")
     if ns_finding is None:
         where = "in this namespace" if link.peer_netnsid is None else f"in netns id {link.peer_netnsid}"
-        ctx.add(Finding(FindingClass.UNKNOWN, Kind.VETH, link.name, Owner(), OwnerState.UNKNOWN,
-                          (f"peer lives {where}, not in a namespace of the netns directories",)))
-        return
-    cls = {
-        FindingClass.IN_USE: FindingClass.IN_USE,
-        FindingClass.LEAKED_NETNS: FindingClass.DANGLING_VETH,
-        FindingClass.PROTECTED: FindingClass.PROTECTED,
-    }.get(ns_finding.cls, FindingClass.UNKNOWN)
+        return ctx.add(Finding(FindingClass.UNKNOWN, Kind.VETH, link.name, Owner(), OwnerState.UNKNOWN,
+                               (f"peer lives {where}, not in a namespace of the netns directories",)))
+    cls = _VETH_CLASS.get(ns_finding.cls, FindingClass.UNKNOWN)
     evidence = (f"peer in {link.peer_netns_path}", *ns_finding.evidence)
-    ctx.add(Finding(cls, Kind.VETH, link.name, ns_finding.owner, ns_finding.owner_state, evidence,
-                      netns=link.peer_netns_path))
+    return ctx.add(Finding(cls, Kind.VETH, link.name, ns_finding.owner, ns_finding.owner_state, evidence,
+                           netns=link.peer_netns_path))
 
 
 def _by_container(

@@ -6,24 +6,22 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
 from nodegc.desired.snapshot import SnapshotSource
-from nodegc.engine.cycle import Engine, EngineSettings, NullMetrics
+from nodegc.engine.cycle import NullMetrics
 from nodegc.inventory.scanning import scan_node
 from nodegc.ledger.store import Ledger
 from nodegc.model.findings import FindingClass
 from nodegc.model.items import Phase
 from nodegc.model.resources import Inventory, Kind
 from nodegc.planning.correlate import CorrelationPolicy
-from nodegc.planning.phases import PhasePolicy
-from nodegc.reclaim.dispatch import HostExecutor
 from nodegc.reclaim.sandboxes import remove_sandbox
 from nodegc.sandbox.containerd import SandboxContainerd, SandboxSpec, new_spec, pod_record, sandbox_ips, write_pods
 from nodegc.sandbox.node import NETWORK_NAME, SandboxNode
 from nodegc.settings import Roots, ScanOptions
+from tests.host.adversarial.found.cycle import engine
 
 Runtime = tuple[SandboxNode, SandboxContainerd]
 
@@ -34,16 +32,6 @@ class CountingMetrics(NullMetrics):
 
     def blocked(self, reason: str) -> None:
         self.blocks.append(reason)
-
-
-def _engine(node: SandboxNode, rt: SandboxContainerd, snap: Path, ledger: Ledger, metrics: CountingMetrics, *,
-            scanner: Callable[[Roots, ScanOptions], Inventory] = scan_node) -> Engine:
-    settings = EngineSettings(phases=PhasePolicy(consecutive_scans=1, grace_seconds=0),
-                              correlation=CorrelationPolicy(min_age_seconds=0),
-                              scan=ScanOptions(min_age_seconds=0, runtime_endpoint=rt.endpoint, runtime_timeout=3.0))
-    return Engine(roots=node.roots, source=SnapshotSource(snap, node.node_name), ledger=ledger,
-                  executor=HostExecutor(node.roots, runtime_endpoint=rt.endpoint), settings=settings,
-                  metrics=metrics, scanner=scanner)
 
 
 def _reboot_with_live_pod(node: SandboxNode, rt: SandboxContainerd, tmp: Path) -> tuple[str, str, str, Path]:
@@ -68,7 +56,7 @@ def test_an_empty_list_on_a_node_with_running_pods_decides_nothing(containerd_no
     rt.start()
     metrics = CountingMetrics()
     with Ledger(":memory:") as ledger:
-        report = _engine(node, rt, snap, ledger, metrics).cycle()
+        report = engine(node, rt, snap, ledger, metrics=metrics).cycle()
     assert "runtime_unavailable" in metrics.blocks
     assert any("lists no sandbox" in b for b in report.blocked)
     # Today's rules: the old attachment is tied to the live pod's UID and stays.
@@ -89,7 +77,7 @@ def test_runtime_dies_between_detect_and_terminate(containerd_node: Runtime, tmp
 
     metrics = CountingMetrics()
     with Ledger(tmp_path / "ledger.db") as ledger:
-        report = _engine(node, rt, snap, ledger, metrics, scanner=dying_scanner).cycle()
+        report = engine(node, rt, snap, ledger, metrics=metrics, scanner=dying_scanner).cycle()
         assert not report.outcomes, "no destructive step that needed the runtime"
         assert "runtime_unavailable" in metrics.blocks
         assert (node.ipam_dir / NETWORK_NAME / old_ip).exists()
@@ -99,7 +87,7 @@ def test_runtime_dies_between_detect_and_terminate(containerd_node: Runtime, tmp
         rt.start()
         new_ips = sandbox_ips(rt, new)
         for _ in range(3):
-            _engine(node, rt, snap, ledger, CountingMetrics()).cycle()
+            engine(node, rt, snap, ledger, metrics=CountingMetrics()).cycle()
         assert not (node.ipam_dir / NETWORK_NAME / old_ip).exists()
         assert sandbox_ips(rt, new) == new_ips
         assert (node.ipam_dir / NETWORK_NAME / new_ips[0]).exists()
@@ -119,7 +107,7 @@ def test_ready_sandbox_whose_cache_entry_names_a_dead_pod(containerd_node: Runti
     snap = write_pods(tmp_path / "pods.json", [])
     metrics = CountingMetrics()
     with Ledger(":memory:") as ledger:
-        report = _engine(node, rt, snap, ledger, metrics).cycle()
+        report = engine(node, rt, snap, ledger, metrics=metrics).cycle()
     by = {(f.kind, f.id): f for f in report.findings}
     assert by[(Kind.IP_RESERVATION, f"{NETWORK_NAME}/{ip}")].cls is FindingClass.IN_USE
     assert by[(Kind.SANDBOX, sid)].cls is FindingClass.RUNNING_ORPHAN

@@ -11,7 +11,8 @@ Failures split in two: the runtime could not be asked (no socket, refused, reset
 the reply, deadline, UNAVAILABLE) is `RuntimeUnavailable`, which callers treat as "the runtime's word is
 missing"; any other status (or a reply that breaks the protocol) is `RuntimeCallError`. NOT_FOUND on a
 status, stop or remove is an answer, not a failure. After any failure but a status the connection is
-dropped and the next call opens a new one.
+dropped and the next call opens a new one; so it is when the socket path no longer leads to the socket file
+it was opened through (a runtime restarted on the path, while the old process still serves what it had).
 
 h2 is imported when the first client is made, not with this module: the endpoint helpers and the error
 types are all a node without a runtime socket needs.
@@ -172,6 +173,8 @@ class RuntimeClient:
         self._h2 = h2
         self._sock: socket.socket | None = None
         self._conn: h2.connection.H2Connection | None = None
+        self._bound: tuple[int, int] | None = None
+        """(device, inode) of the socket file the path led to when the connection was opened."""
         self._lock = threading.Lock()
         self.connections = 0
         """Connections opened so far (one per client while the runtime stays up)."""
@@ -235,10 +238,12 @@ class RuntimeClient:
             return _RESET.get(reply.reset, "INTERNAL"), f"the runtime reset the stream (error {reply.reset})", None
         trailers = reply.trailers if reply.trailers is not None else headers  # trailers-only
         http = headers.get(b":status", b"")
-        if http != b"200" and b"grpc-status" not in trailers:
-            code = _HTTP_STATUS.get(int(http) if http.isdigit() else 0, "UNKNOWN")
-            return code, f"HTTP status {http.decode('ascii', 'replace')} without a grpc status", None
         raw = trailers.get(b"grpc-status")
+        if http != b"200" and (raw is None or raw.strip(b"0") == b""):
+            # gRPC fails any reply whose HTTP status is not 200, whatever it carries (a proxy's, or a
+            # runtime's going away); only an error status of its own is more precise
+            code = _HTTP_STATUS.get(int(http) if http.isdigit() else 0, "UNKNOWN")
+            return code, f"HTTP status {http.decode('ascii', 'replace')} without a grpc error status", None
         if raw is None:
             return "INTERNAL", "the reply ended without a grpc-status", None
         number = int(raw) if raw.isdigit() else -1
@@ -261,9 +266,12 @@ class RuntimeClient:
 
     def _connected(self, deadline: float) -> tuple[socket.socket, h2.connection.H2Connection]:
         if self._sock is not None and self._conn is not None:
-            if not self._stale(self._sock, self._conn, deadline):
+            same_file = self._bound is not None and self._bound == self._socket_file()
+            if same_file and not self._stale(self._sock, self._conn, deadline):
                 return self._sock, self._conn
             self._drop()
+        # Taken before the connect: a path replaced in between is seen as replaced at the next call.
+        bound = self._socket_file()
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             sock.settimeout(self._left(deadline))
@@ -280,9 +288,18 @@ class RuntimeClient:
         except BaseException:
             sock.close()
             raise
-        self._sock, self._conn = sock, conn
+        self._sock, self._conn, self._bound = sock, conn, bound
         self.connections += 1
         return sock, conn
+
+    def _socket_file(self) -> tuple[int, int] | None:
+        """The socket file the path leads to now: a runtime restarted on the path binds a new one, while the
+        old process may still serve the connection it had (and list only what it knew)."""
+        try:
+            st = os.stat(self._path)
+        except OSError:
+            return None
+        return st.st_dev, st.st_ino
 
     def _settled(self, sock: socket.socket, conn: h2.connection.H2Connection, deadline: float) -> None:
         """Waits for the runtime's SETTINGS (its preface): the windows and frame size a request must keep to."""
