@@ -70,7 +70,7 @@ def memory_mib(pid: int) -> dict[str, float]:
 
 
 def loaded_modules(pid: int, names: tuple[str, ...]) -> list[str]:
-    """Which of these shared objects the process has mapped (protobuf's _message, the API client's ssl...)."""
+    """Which of these shared objects the process has mapped (protobuf's _message, the API client's msgspec...)."""
     maps = Path(f"/proc/{pid}/maps").read_text()
     return [n for n in names if n in maps]
 
@@ -137,7 +137,7 @@ def run_agent(argv: list[str], *, warmup: int, cycles: int) -> dict[str, Any]:
             if len(marks) > warmup + cycles:
                 break
         memory = memory_mib(agent.pid)
-        libraries = loaded_modules(agent.pid, ("cygrpc", "_message", "_ssl", "_sqlite3"))
+        libraries = loaded_modules(agent.pid, ("cygrpc", "_message", "_ssl", "_sqlite3", "msgspec"))
     finally:
         agent.terminate()
         try:

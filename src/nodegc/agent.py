@@ -20,14 +20,13 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from nodegc.console import require_root
 from nodegc.desired.source import DesiredSource, SourceError
 from nodegc.engine.cycle import CycleReport, Engine
 from nodegc.exitcodes import EXIT_BLOCKED, EXIT_CLEAN, EXIT_ERROR, EXIT_SOURCE, EXIT_USAGE
 from nodegc.inventory.pod_dirs import pod_dir_watcher
-from nodegc.kube.events import EventRecorder, EventType, ObjectRef
-from nodegc.kube.nodes import NodeConditionWriter
 from nodegc.ledger.store import LedgerError, LedgerLocked
 from nodegc.model.findings import Finding
 from nodegc.model.pods import OwnerState, Pod
@@ -49,6 +48,12 @@ from nodegc.wiring import (
     open_ledger,
     reads_stdin,
 )
+
+if TYPE_CHECKING:
+    # The API client (lightkube, httpx2, msgspec) is loaded only when the pods come from the API: an agent
+    # fed by a snapshot file never pays its memory (nodegc.kube imports it).
+    from nodegc.kube.events import EventRecorder
+    from nodegc.kube.nodes import NodeConditionWriter
 
 log = get_logger("nodegc.agent")
 
@@ -92,6 +97,8 @@ class Wakeups:
 
 def record_events(events: EventRecorder, node: str, report: CycleReport) -> None:
     """Reclaims and failures as Events: on the pod while it exists (terminal, same UID), else the Node."""
+    from nodegc.kube.events import EventType, ObjectRef
+
     findings: dict[str, Finding] = {f"{f.kind.value}:{f.id}": f for f in report.findings}
     for item, outcome in report.outcomes:
         if outcome.skipped:
