@@ -811,6 +811,8 @@ class StaleList:
     resource: str | None
     rv: int
     objects: list[JSON] | None
+    paged: bool = False
+    """Paged like any list, its continue token resuming at the store's current resourceVersion."""
 
 
 class ResourceAPI:
@@ -857,10 +859,14 @@ class ResourceAPI:
         limit = _limit(req.query.get("limit"))
         stale = self.api._take_stale_list(self.rt)
         after: tuple[str, str] | None = None
+        resume_rv: int | None = None
         if stale is not None:
             rv = stale.rv
             objects = stale.objects if stale.objects is not None else self.store.snapshot_at(self.rt, rv)
-            limit = 0  # a stale answer comes in one page
+            if stale.paged:
+                resume_rv = self.store.snapshot(self.rt)[0]
+            else:
+                limit = 0  # a stale answer comes in one page
         elif req.query.get("continue"):
             rv, after = decode_continue(req.query["continue"])
             if rv < self.store.compacted_rv:
@@ -878,7 +884,7 @@ class ResourceAPI:
         metadata: JSON = {"resourceVersion": str(rv)}
         if limit and len(selected) > limit:
             selected = selected[:limit]
-            metadata["continue"] = encode_continue(rv, _key(selected[-1]))
+            metadata["continue"] = encode_continue(rv if resume_rv is None else resume_rv, _key(selected[-1]))
         items = [{k: v for k, v in obj.items() if k not in ("kind", "apiVersion")} for obj in selected]
         return Reply(
             200,
@@ -1263,17 +1269,19 @@ class FakeKubeAPI:
 
     def serve_stale_list(
         self, objects_or_rv: int | Iterable[Mapping[str, Any]], *, resource: str | None = None,
-        resource_version: int | None = None,
+        resource_version: int | None = None, paged: bool = False,
     ) -> None:
         """The next list (of `resource`, or of any resource) answers with an older snapshot: the state at
         that resourceVersion (rebuilt from the history), or exactly these objects with
-        `resource_version` (default: the highest resourceVersion among them, or 1)."""
+        `resource_version` (default: the highest resourceVersion among them, or 1). `paged`: that answer is
+        the first page only, and its continue token resumes at the current resourceVersion (a cache that
+        answered the first page, the store the rest: pages of one list at two resourceVersions)."""
         if isinstance(objects_or_rv, int):
-            stale = StaleList(resource, objects_or_rv, None)
+            stale = StaleList(resource, objects_or_rv, None, paged)
         else:
             objects = [json.loads(json.dumps(o)) for o in objects_or_rv]
             rvs = [int(rv) for o in objects if (rv := _rv_of(o)) is not None and rv.isdigit()]
-            stale = StaleList(resource, resource_version or max(rvs, default=1), objects)
+            stale = StaleList(resource, resource_version or max(rvs, default=1), objects, paged)
         with self._lock:
             self._stale.append(stale)
 

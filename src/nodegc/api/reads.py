@@ -12,7 +12,7 @@ from typing import Any
 
 import lightkube
 
-from nodegc.api.errors import call, get_or_none
+from nodegc.api.errors import KubeError, call, get_or_none
 
 CHUNK_SIZE = 500
 """Objects per page of a list (`limit`); the continue token keeps every page at the first one's version."""
@@ -33,20 +33,43 @@ def list_all(
     No resourceVersion is sent, so the API server answers from a quorum read (never its possibly lagging
     watch cache). Any failure on any page raises KubeError: a partial list would make the missing objects
     look gone; so does a continue token the server no longer knows (410 Gone on a later page: the list
-    cannot be finished at the first page's version, and is not finished at another).
+    cannot be finished at the first page's version, and is not finished at another). Pages at different
+    resourceVersions (a lagging cache or proxy that answered some, the store the others) are no one list
+    either: what was created in between and sorts into an older page is missing, while the list would
+    report its last page's, newer, version.
     """
 
     def fetch() -> tuple[list[dict[str, Any]], str | None]:
         items = client.list(resource, namespace=lightkube.ALL_NS, chunk_size=chunk_size,
                             fields=dict(fields) if fields else None)
-        objects = [plain(item) for item in items]
-        try:
-            rv: str | None = items.resourceVersion
-        except lightkube.NotReadyError:
-            rv = None  # an empty first page without metadata: a watch then starts from "now"
+        objects: list[dict[str, Any]] = []
+        first: str | None = None
+        for item in items:
+            page = _page_version(items)
+            if first is None:
+                first = page
+            elif page != first:
+                raise _mixed(what, first, page)
+            objects.append(plain(item))
+        rv = _page_version(items)  # the last page's (an empty first page without metadata: None)
+        if first is not None and rv != first:
+            raise _mixed(what, first, rv)
         return objects, rv
 
     return call(what, fetch, timeout=timeout)
+
+
+def _page_version(items: Any) -> str | None:
+    try:
+        rv: str = items.resourceVersion
+    except lightkube.NotReadyError:
+        return None
+    return rv
+
+
+def _mixed(what: str, first: str | None, later: str | None) -> KubeError:
+    return KubeError(f"{what}: its pages are at resourceVersion {first} and {later}, not one list (a lagging "
+                     "cache or proxy answered part of it)")
 
 
 def get_live(client: lightkube.Client, resource: type[Any], *, namespace: str, name: str,
