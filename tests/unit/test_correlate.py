@@ -4,7 +4,7 @@ from dataclasses import replace
 
 from nodegc.model.findings import Finding, FindingClass
 from nodegc.model.pods import OwnerState
-from nodegc.model.resources import HostportRule, Inventory, IptablesChain, Kind
+from nodegc.model.resources import HostportRule, Inventory, IptablesChain, Kind, PodLogDir
 from nodegc.planning.correlate import correlate
 from nodegc.planning.owners import cni_chain_name
 from tests.unit.factories import NET, NOW, cache, desired, netns, pod, pod_dir, reservation, veth
@@ -166,3 +166,18 @@ def test_volumes_of_a_pod_newer_than_the_pod_list_are_protected() -> None:
     f = run(Inventory(taken_at=NOW, pod_dirs=(young,)))
     assert classes(f, Kind.POD_DIR) == [FindingClass.PROTECTED]
     assert classes(f, Kind.VOLUME_MOUNT) == [FindingClass.PROTECTED]
+
+
+def test_absent_pod_directory_named_by_its_first_log_directory() -> None:
+    """An absent owner known by UID only takes the namespace/name of its first log directory (terminate GETs
+    that name); another UID's log directory names nothing."""
+    logs = (PodLogDir("other", "x", "u9", "/var/log/pods/other_x_u9", 1, 0.0),
+            PodLogDir("ns1", "first", "u1", "/var/log/pods/ns1_first_u1", 2, 0.0),
+            PodLogDir("ns1", "second", "u1", "/var/log/pods/ns1_second_u1", 3, 0.0))
+    inv = Inventory(taken_at=NOW, pod_dirs=(pod_dir("u1"), pod_dir("u2")), pod_logs=logs)
+    f = {x.id: x for x in run(inv, pod("live", "u3", ip="10.0.0.9")) if x.kind is Kind.POD_DIR}
+    named = f["/kubelet/pods/u1"]
+    assert (named.owner.namespace, named.owner.name) == ("ns1", "first")
+    assert named.evidence[-1] == "its log directory names ns1/first"
+    unnamed = f["/kubelet/pods/u2"]
+    assert (unnamed.owner.namespace, unnamed.owner.name) == (None, None)

@@ -9,6 +9,10 @@ import socket
 import time
 from pathlib import Path
 
+import h2.config
+import h2.connection
+import h2.events
+import h2.settings
 import pytest
 
 from nodegc.inventory.cri.client import CRIError, RuntimeCallError, RuntimeClient, RuntimeUnavailable
@@ -347,3 +351,29 @@ def test_no_socket_and_a_refusing_socket_are_unavailable(sock_path: Path) -> Non
     with RuntimeClient(f"unix://{sock_path}", timeout=TIMEOUT) as client:
         assert "ConnectionRefusedError" in str(_fails(client, RuntimeUnavailable, "UNAVAILABLE"))
 
+
+
+def test_an_answer_before_the_whole_request_was_sent_ends_the_call(sock_path: Path) -> None:
+    """A runtime may answer (here NOT_FOUND) while the request is still held back by its window: the call
+    ends with that answer and the rest of the request is cancelled, not waited for until the deadline."""
+    def early(sock: socket.socket) -> None:
+        conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False))
+        conn.local_settings = h2.settings.Settings(client=False, initial_values={
+            h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 10})
+        conn.initiate_connection()
+        sock.sendall(conn.data_to_send())
+        sock.settimeout(2)
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                return
+            for event in conn.receive_data(chunk):
+                if isinstance(event, h2.events.RequestReceived):
+                    conn.send_headers(event.stream_id, [(":status", "200"), ("content-type", "application/grpc"),
+                                                        ("grpc-status", "5")], end_stream=True)
+            sock.sendall(conn.data_to_send())
+
+    with FakeRuntime(sock_path, raw=early) as rt, RuntimeClient(rt.endpoint, timeout=5.0) as client:
+        start = time.monotonic()
+        assert client.sandbox_status("x" * 1000) is None
+        assert time.monotonic() - start < 4.0

@@ -63,6 +63,15 @@ def test_second_pass_reuse_on_adversarial_scans(seed: int, runtime: bool) -> Non
         assert again.context.pods is previous.context.pods
         assert again.findings == correlate(inventory, scan.desired, now=NOW, policy=policy)
         previous = again
+    # two entries of one path: a namespace not read reads the verdict of a path whose last entry names one read
+    unread = set(scan.unread_netns)
+    twins = tuple(replace(e, netns=scan.unread_netns[i % len(scan.unread_netns)])
+                  for i, e in enumerate(scan.inventory.cni_cache) if e.netns and e.netns not in unread)
+    twice = replace(scan.inventory, cni_cache=(*scan.inventory.cni_cache, *twins))
+    first = correlation(twice, scan.desired, now=NOW, policy=policy)
+    read = with_addresses_read(BigScan(twice, scan.desired, scan.unread_netns), seed)
+    assert correlation(read, scan.desired, now=NOW, policy=policy, previous=first).findings == correlate(
+        read, scan.desired, now=NOW, policy=policy)
     fewer = replace(inventory, netns=inventory.netns[1:])
     again = correlation(fewer, scan.desired, now=NOW, policy=policy, previous=previous)
     assert again.context.pods is previous.context.pods

@@ -55,7 +55,7 @@ def node_lease_witness(client: lightkube.Client, node: str, *, now: datetime,
     """The node Lease read live: its resourceVersion and renewal time. KubeError when it cannot be read,
     NotCurrent when it does not exist, carries no version or time, or was renewed too long ago."""
     what = f"the node Lease {NODE_LEASE_NAMESPACE}/{node}"
-    cannot = f"cannot prove the list of node {node}'s pods is current"
+    cannot = f"cannot prove node {node}'s pods (as listed or as watched) are current"
     try:
         lease = get_or_none(f"getting {what}", lambda: client.get(Lease, name=node, namespace=NODE_LEASE_NAMESPACE))
     except KubeError as e:

@@ -202,12 +202,13 @@ class Engine:
             # judged again on the proven (older) photograph, whose minimum-age horizon protects more.
             proven = self._proven(desired, report)
             if proven is None:
+                self._judged(inventory, findings, report)
                 self._report_items()
                 return report
             if proven is not desired:
                 desired = proven
                 inventory, findings = self._judge(inventory, desired, report)
-                report.findings = findings
+        self._judged(inventory, findings, report)
         self._mark(inventory, findings, now)
         report.running_orphans = self.orphans.observe(
             findings, now, view=inventory.runtime, complete=runtime_unusable(inventory.runtime, desired.pods) is None)
@@ -246,6 +247,11 @@ class Engine:
         if desired is None:
             return None
         inventory, findings = self._scan(desired, report)
+        return desired, inventory, findings
+
+    def _judged(self, inventory: Inventory, findings: tuple[Finding, ...], report: CycleReport) -> None:
+        """The cycle's figures (findings, IP ranges and their forecast, protected resources), taken once
+        from the judgement the cycle acts on: the proven photograph's when the node was judged again."""
         report.findings = findings
         report.ranges = self.ip_ranges.observe(range_usage(inventory, findings), self.clock())
         self.metrics.ranges(report.ranges)
@@ -255,7 +261,6 @@ class Engine:
                 # Would be residue, but young or possibly a starting pod's: kept, and not a refusal.
                 protected[f.kind.value] = protected.get(f.kind.value, 0) + 1
         self.metrics.protected(protected)
-        return desired, inventory, findings
 
     def _mark(self, inventory: Inventory, findings: tuple[Finding, ...], now: float) -> None:
         """Every finding updates its ledger item: first seen, scans in a row, marked after K scans and grace."""

@@ -80,6 +80,8 @@ def _named(ctx: Context, res: Resolution, logs: dict[str, PodLogDir]) -> Resolut
 
 def _volume_conflicts(ctx: Context) -> None:
     """One exclusive block filesystem mounted into two live pods is reported, never reclaimed."""
+    if not any(m.fs_type in _EXCLUSIVE_FS for m in ctx.inv.mounts):
+        return  # no exclusive block filesystem is mounted at all
     mounts = {m.mount_id: m for m in ctx.inv.mounts}
     volume_mounts = {v.path: v.mount_id for d in ctx.inv.pod_dirs for v in d.volumes if v.mounted}
     holders: dict[str, list[int]] = defaultdict(list)

@@ -74,7 +74,10 @@ def correlate_network(ctx: Context, previous: NetworkPass | None = None) -> Netw
         ctx.findings.extend(previous.reservations)
         ctx.reservations_by_cid.update(previous.reservations_by_cid)
     reservations = tuple(ctx.findings[start:])
-    changed = _changed_keys(previous, ctx) if previous is not None else None
+    # A verdict on a namespace reads the cache entries' verdicts by path: with two entries of one path, the
+    # one it reads may be another key's, so nothing of the namespaces is taken then.
+    changed = (_changed_keys(previous, ctx) if previous is not None
+               and len({e.path for e in ctx.inv.cni_cache}) == len(ctx.inv.cni_cache) else None)
     cache_findings = _cache_entries(ctx, previous, changed)
     netns_findings = _namespaces(ctx, previous, changed)
     veth_findings = _veths(ctx, previous)

@@ -160,7 +160,8 @@ def test_without_a_readable_node_lease_the_list_cannot_prove_it_is_current(
         api.renew_node_lease(NODE)
         api.fail_next(403, path_prefix="/apis/coordination.k8s.io/")
     with (KubeSource(NODE, kubeconfig=kubeconfig) as source,
-          pytest.raises(SourceError, match="cannot prove the list of node node-a's pods is current")):
+          pytest.raises(SourceError,
+                        match=r"cannot prove node node-a's pods \(as listed or as watched\) are current")):
         source.fetch()
     assert not [r for r in api.requests_to("/api/v1/pods") if not r.is_watch]  # the list is not even asked for
 

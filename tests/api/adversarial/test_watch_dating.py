@@ -378,3 +378,25 @@ def test_when_only_the_nodes_own_pods_move_the_watch_reaches_the_lease_with_them
             assert report.blocked == [] and agent.acted_on("uid-dead")
         finally:
             ref.stop()
+
+
+def test_a_cache_restarted_mid_proof_is_proven_by_its_new_list_only(
+    api: FakeKubeAPI, ref: PodReflector, churn: Callable[[], None], agents: list[Agent]
+) -> None:
+    """A Lease read by the old run stays with it: the restarted cache proves nothing until it has listed
+    (proven by that list's own Lease), and then keeps `web`."""
+    node = Node()
+    lagging_view_missing_web(api, ref, node, churn)
+    node.add("uid-dead", at=time.time() - 3600)
+    agent = Agent(ref, node)
+    agents.append(agent)
+    assert blocked(agent.cycle()) == ["view_not_current"]
+    pending_renewal = lease_renewed(api)
+    ref.stop()
+    api.lag_watches(0)
+    ref.start()
+    assert ref.wait_synced(30)
+    proven = ref.proven(max_age_seconds=MAX_AGE)
+    assert proven.fetched_at >= pending_renewal and "web" in {p.name for p in proven.pods}
+    report = agent.cycle()
+    assert report.blocked == [] and agent.acted_on("uid-dead") and not agent.acted_on("uid-default-web")
