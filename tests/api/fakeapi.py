@@ -461,6 +461,16 @@ class Store:
             self._record(Change(self._rv, rt.key, "DELETED", gone, removed))
             return copy.deepcopy(gone)
 
+    def restore(self, rv: int) -> None:
+        """Every object as it was at `rv`, and the resourceVersion back to `rv` (an etcd restored from a
+        snapshot without a revision bump): the next writes reuse versions already handed out."""
+        with self._cond:
+            restored = {rt.key: {_key(o): o for o in self.snapshot_at(rt, rv)} for rt in RESOURCES.values()}
+            self._objects = restored
+            self._history = deque(c for c in self._history if c.rv <= rv)
+            self._rv = rv
+            self._cond.notify_all()
+
     def compact(self) -> int:
         """Forget the whole history now: any watch or continue from an earlier rv gets 410."""
         with self._cond:
@@ -1229,6 +1239,12 @@ class FakeKubeAPI:
         """Every following request waits this long before its response (0 turns it off)."""
         with self._lock:
             self._delay = seconds
+
+    def restore_store(self, rv: int) -> None:
+        """The cluster's store restored to `rv` (`Store.restore`), and every watch cut (the API servers
+        restarted on it)."""
+        self.store.restore(rv)
+        self.drop_watches()
 
     def drop_watches(self) -> None:
         """Cut every open watch connection now (no clean end of stream)."""

@@ -29,7 +29,10 @@ version has reached the view (events and bookmarks come in resourceVersion order
 current as of the witness's time, never as of an arrival. A witness the view has not reached yet is kept
 (pending): the first event, bookmark or list that reaches it proves the view as of that witness's time,
 so the proof costs one GET and no wait. Every proof belongs to one history of resourceVersions: a restart
-of the cache or a history that restarted (an etcd restore) drops what was proven and pending.
+of the cache or a history that restarted (an etcd restore) drops what was proven and pending. A history
+restarted is told by a list older than the view or a witness older than one read before; the view's own
+resourceVersion then compares with nothing until a list is taken (a witness of the new history would be
+"reached" at once by versions the old one already passed).
 
 Ownership: `stop()` then `start()` while a list is in flight (a controller losing and regaining its
 leadership) leaves the old thread to finish that request; every run has its own stop flag and generation,
@@ -154,7 +157,7 @@ class Reflector(Generic[T]):
     `stop()`; an exception it raises is logged and ignored.
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0915 - one attribute per setting and per piece of state
         self,
         resource: type[Any],
         *,
@@ -225,6 +228,13 @@ class Reflector(Generic[T]):
         self._history = 0
         """Incremented whenever resourceVersions stop being comparable with earlier ones (a restart of the
         cache, a history that restarted): proofs and pending witnesses of another history count for nothing."""
+        self._view_history = 0
+        """The history the view's resourceVersion belongs to: only a list brings the view into a new one, so
+        a witness of a history that restarted (an etcd restored without a revision bump hands out versions
+        the view already passed) is never reached by the view of the old one."""
+        self._witness_rv: int | None = None
+        """The newest witness resourceVersion read: a witness older than it (the Lease only moves forward)
+        says the history restarted."""
         self._response: httpx2.Response | None = None
         self._watches: WatchRequests | None = None
         self._counters: dict[str, int] = dict.fromkeys(COUNTERS, 0)
@@ -365,6 +375,7 @@ class Reflector(Generic[T]):
             read_at = self._clock()
             witness_rv = witness.rv
             with self._lock:
+                self._note_witness(witness.rv)
                 if self._history == history:
                     self._pending.append(_Pending(rv=witness.rv, at=min(witness.at, read_at), read_at=read_at,
                                                   history=history))
@@ -398,7 +409,7 @@ class Reflector(Generic[T]):
 
     def _reach_pending(self) -> None:
         """Pending witnesses the view has now reached prove it current as of their time (lock held)."""
-        if self._high_rv is None or not self._pending:
+        if self._high_rv is None or not self._pending or self._view_history != self._history:
             return
         reached = [p for p in self._pending if p.history == self._history and p.rv <= self._high_rv]
         if not reached:
@@ -408,10 +419,21 @@ class Reflector(Generic[T]):
         self._pending = [p for p in self._pending if p.history == self._history and p.rv > self._high_rv]
 
     def _forget_proofs(self) -> None:
-        """ResourceVersions from here on compare with nothing before (lock held)."""
+        """ResourceVersions from here on compare with nothing before, the view's included until it is listed
+        again (lock held)."""
         self._history += 1
         self._proven_at = None
         self._pending = []
+
+    def _note_witness(self, rv: int) -> None:
+        """A witness read: one older than a witness read before means the history restarted (lock held)."""
+        if self._witness_rv is not None and rv < self._witness_rv:
+            log.warning("witness older than one read before: resourceVersions restarted; proofs dropped",
+                        cache=self.what, witness_rv=rv, before=self._witness_rv)
+            self._forget_proofs()
+            self._witness_rv = rv
+            return
+        self._witness_rv = rv if self._witness_rv is None else max(self._witness_rv, rv)
 
     # the watch thread
 
@@ -523,6 +545,9 @@ class Reflector(Generic[T]):
             if number is not None and self._high_rv is not None and number < self._high_rv:
                 self._stale_lists += 1
                 self._counters["stale_lists"] += 1
+                # A list older than the view: a lagging server, or a history that restarted (an etcd restore),
+                # whose witnesses the view's resourceVersion would "reach" at once. Nothing proven stands.
+                self._forget_proofs()
                 if self._stale_lists <= self._max_stale_lists:
                     raise KubeError(
                         f"the list of {self.what} is at resourceVersion {rv}, "
@@ -537,6 +562,7 @@ class Reflector(Generic[T]):
             if number is not None:
                 self._high_rv = number if self._high_rv is None else max(self._high_rv, number)
             self._fresh_at = fresh_at
+            self._view_history = self._history
             if witness is not None:
                 # Checked against a witness read right before it: the list is proven as of `fresh_at`.
                 self._proven_at = fresh_at
@@ -551,6 +577,7 @@ class Reflector(Generic[T]):
         """The list checked against the witness read right before it (NotCurrent), and the time it is
         current as of: the witness's, never later than the list."""
         with self._lock:
+            self._note_witness(witness.rv)
             # After `max_stale_lists` refusals in a row the server's history may have restarted (an etcd
             # restore): a version seen before no longer bounds it; the witness still does.
             floor = self._floor_rv if self._stale_lists < self._max_stale_lists else None
