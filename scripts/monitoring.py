@@ -78,7 +78,9 @@ ROWS: tuple[tuple[str, tuple[Panel, ...]], ...] = (
                       "{{result}}"),), unit="ops"),
         Panel("Actions blocked by reason",
               "Cycles whose destructive steps were refused, by reason. stale_source, source_unavailable and "
-              "blast_radius stop every reclaim on the node; runtime_unavailable holds back what needs the container "
+              "blast_radius stop every reclaim on the node; view_not_current (the pod watch not proven current "
+              "against the node Lease) stops that cycle's marking and reclaiming: now and then it is routine, on "
+              "most cycles a lagging watch cache; runtime_unavailable holds back what needs the container "
               "runtime; rate_limit and reverification are routine.",
               (Target(f"sum by (node, reason) (increase(nodegc_actions_blocked_total{{{AGENT}}}"
                       "[$__rate_interval]))", "{{node}} {{reason}}"),)),
@@ -106,12 +108,24 @@ ROWS: tuple[tuple[str, tuple[Panel, ...]], ...] = (
               (Target(f"sum(nodegc_ready{{{AGENT}}})", "ready"),
                Target(f'count(up{{job="{AGENT_JOB}", {AGENT}}})', "scraped")), kind="stat", width=6),
         Panel("Pod watch",
-              "The agent's pod watch: relists by cause and watch events per second. Relists on gone or error "
-              "at a steady rate point at the API server or the network.",
+              "The agent's pod watch: relists by cause, watch events, and its proofs of currency (taken by cycles "
+              "with something to act on: proven, or refused as view_not_current) per second. Relists on gone or "
+              "error at a steady rate point at the API server or the network; refused proofs and no proven ones "
+              "at a watch cache that lags the node Lease.",
               (Target(f"sum by (reason) (rate(nodegc_reflector_relists_total{{{AGENT}}}[$__rate_interval]))",
                       "relist {{reason}}"),
                Target(f"sum by (type) (rate(nodegc_reflector_events_total{{{AGENT}}}[$__rate_interval]))",
-                      "event {{type}}")), unit="ops", width=18),
+                      "event {{type}}"),
+               Target(f"sum by (result) (rate(nodegc_reflector_proofs_total{{{AGENT}}}[$__rate_interval]))",
+                      "proof {{result}}")), unit="ops", width=18),
+        Panel("Pod directory watches",
+              "Agents whose last scan watched the pod directories with inotify, out of those exporting it, and the "
+              "fallbacks to walking every directory in the last hour. Fewer watched than agents: "
+              "--no-watch-pod-dirs, or a fallback (watch_limit: fs.inotify.max_user_watches hit, walks for an hour).",
+              (Target(f"sum(nodegc_pod_dir_watch_active{{{AGENT}}})", "watched"),
+               Target(f"count(nodegc_pod_dir_watch_active{{{AGENT}}})", "agents"),
+               Target(f"sum(increase(nodegc_pod_dir_watch_fallbacks_total{{{AGENT}}}[1h]))", "fallbacks (1h)")),
+              kind="stat", width=6),
     )),
     ("Pod IP ranges", (
         Panel("IP ranges used / leaked / capacity",
@@ -243,10 +257,13 @@ class Alert:
     description: str
     group: str = "nodegc-agent"
     labels: dict[str, str] = field(default_factory=dict)
+    unless: str = ""
+    """A second measured quantity, by (cluster, node): where it is above 0, the alert does not fire."""
 
     @property
     def expr(self) -> str:
-        return f"{self.signal} {self.op} {self.threshold}" if self.op else self.signal
+        expr = f"{self.signal} {self.op} {self.threshold}" if self.op else self.signal
+        return f"{expr} unless on (cluster, node) {self.unless} > 0" if self.unless else expr
 
     @property
     def anchor(self) -> str:
@@ -286,6 +303,15 @@ ALERTS: tuple[Alert, ...] = (
           "nodegc on {{ $labels.node }} refuses to reclaim: the blast-radius guard tripped",
           "For 30 minutes the blast-radius guard refused every reclaim on {{ $labels.node }}: too many of "
           "the node's owners look orphaned, or the pod list is empty or names no pod found on the node."),
+    Alert("NodegcWatchNotCurrent",
+          f'sum by (cluster, node) (increase(nodegc_reflector_proofs_total{{{AGENT_SEL}, result="refused"}}[10m]))',
+          ">", "0", "15m", "warning",
+          "nodegc on {{ $labels.node }} cannot prove its pod watch current: residue waits",
+          "For 15 minutes the pod watch of the agent on {{ $labels.node }} has not been proven current against "
+          "the node Lease while residue was waiting ({{ $value | printf \"%.0f\" }} proofs refused in the last "
+          "10 minutes, none succeeded): nothing is marked nor reclaimed on that node (view_not_current).",
+          unless=f'sum by (cluster, node) (increase(nodegc_reflector_proofs_total{{{AGENT_SEL}, '
+                 f'result="proven"}}[10m]))'),
     Alert("NodegcAgentDown",
           f"up{{{AGENT_SEL}}}", "==", "0", "10m", "warning",
           "nodegc agent on {{ $labels.node }} cannot be scraped",

@@ -221,6 +221,8 @@ def test_dashboard_queries_and_alert_expressions_on_a_real_prometheus(  # noqa: 
                   .replace("$node", node.node_name))
         for alert in GEN["ALERTS"]:
             check("alert", alert.name, scaled(signal(alert.signal)))
+            if alert.unless:
+                check("alert", f"{alert.name} (unless)", scaled(alert.unless))
             prom.query(alert.expr)  # the real expression is valid PromQL on this server too
         assert not problems, "\n".join(problems)
 
