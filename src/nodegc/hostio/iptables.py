@@ -49,6 +49,8 @@ class _Table:
     line_no: int
     chains: list[str] = field(default_factory=list)
     rules: list[_Rule] = field(default_factory=list)
+    committed: bool = False
+    """Ended by COMMIT: a table cut short (a dump that stopped early) may have lost any of its rules."""
 
 
 class RuleMemo:
@@ -81,7 +83,8 @@ def parse_iptables_save(
     text: str, *, memo: RuleMemo | None = None
 ) -> tuple[tuple[IptablesChain, ...], tuple[HostportRule, ...], tuple[str, ...]]:
     """Per-container CNI chains, per-container hostport rules, and why lines were skipped; `memo` (the
-    scan's) takes the parse of a rule line the previous parse met again."""
+    scan's) takes the parse of a rule line the previous parse met again. The chains of a table without
+    COMMIT (a dump cut short) are listed with no owner: the cut may have hidden another owner's comment."""
     skipped: list[str] = []
     tables: list[_Table] = []
     current: _Table | None = None
@@ -103,6 +106,7 @@ def parse_iptables_save(
             skipped.append(f"line {line_no}: outside a table: {_shown(line)}")
             continue
         if line == "COMMIT":
+            current.committed = True
             tables.append(current)
             current = None
         elif line.startswith(":"):
@@ -215,7 +219,9 @@ def _chains_of(table: _Table, skipped: list[str]) -> list[IptablesChain]:
         jumps = by_target.get(name, [])
         owners = {r.owner for r in rules if r.owner} or {r.owner for r in jumps if r.owner}
         owner: tuple[str, str] | None = None
-        if len(owners) == 1:
+        if not table.committed:
+            pass  # its cut may have hidden another owner's comment: no evidence is better than a wrong owner
+        elif len(owners) == 1:
             owner = next(iter(owners))
         elif len(owners) > 1:
             # two containers claim one chain: no evidence is better than a wrong owner
