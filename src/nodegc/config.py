@@ -122,6 +122,8 @@ def apply(parser: argparse.ArgumentParser, command: str, argv: Sequence[str], ar
 
 def _convert(action: argparse.Action, value: Any, where: str) -> Any:
     flag = action.option_strings[-1]
+    if isinstance(action, argparse.BooleanOptionalAction):
+        flag = action.option_strings[0]  # --watch-pod-dirs, not its --no- form: true turns it on
     if action.nargs == 0:  # store_true
         if not isinstance(value, bool):
             raise ConfigError(f"{where}: expected true or false (as {flag}), got {value!r}")

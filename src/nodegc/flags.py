@@ -288,7 +288,7 @@ def add_agent_flags(agent: argparse.ArgumentParser) -> None:
     agent.add_argument("--dry-run", action="store_true", help="run every phase but reclaim nothing")
     agent.add_argument("--watch-pod-dirs", action=argparse.BooleanOptionalAction, default=defaults.WATCH_POD_DIRS,
                        help="watch pod directories with inotify (about 5 watches a pod) and walk again only those"
-                            " that changed; --no-watch-pod-dirs walks every one every scan")
+                            " that changed (default); --no-watch-pod-dirs walks every one every scan")
     agent.add_argument("--metrics-address", type=address, default=defaults.AGENT_METRICS_ADDRESS,
                        metavar="HOST:PORT", help="metrics, /healthz and /readyz; empty to disable")
     agent.add_argument("--ledger-retention", type=seconds(">", 0), default=defaults.LEDGER_RETENTION_SECONDS,

@@ -144,6 +144,7 @@ def test_config_file_defaults_stay_when_absent(tmp_path: Path) -> None:
     ("markRules: [\"volume_mount=5,10m\", \"pod_dir=0,1\"]\n", "markRules[1]: expected KIND=K,DURATION"),
     ("markRules: volume_mount=5,10m\n", "markRules (line 1): expected a list"),
     ("dryRun: yes please\n", "dryRun (line 1): expected true or false"),
+    ("watchPodDirs: \"no\"\n", "watchPodDirs (line 1): expected true or false (as --watch-pod-dirs)"),
     ("kind: Pod\n", "kind (line 1): expected AgentConfig"),
     ("apiVersion: v1\n", "apiVersion (line 1): expected nodegc.io/v1alpha1"),
     ("- interval\n", "expected a mapping"),
