@@ -6,9 +6,11 @@ server. After a warm-up, the CPU the agent process and its children (iptables-sa
 number of cycles is read from /proc, and divided by the cycles (counted from its `cycle done` log lines).
 `core_share_at_interval` is that CPU over the production interval (30 s by default): the share of one core
 the agent takes on such a node. RSS is the agent's resident memory after the run (`VmRSS`) and its peak
-(`VmHWM`). Each setup runs `--repeat` times (a fresh agent and ledger each time) on the same node, and
-the medians are reported beside every run's figures: CPU time, not wall time, so other work on the
-machine slows a cycle but does not change its figure much. Prints JSON.
+(`VmHWM`); `startup_rss_mib` is its resident memory when it logs `agent started` (imports, wiring, the
+source started), before any cycle: what the cycles add is the rest. Each setup runs `--repeat` times (a
+fresh agent and ledger each time) on the same node, and the medians are reported beside every run's
+figures: CPU time, not wall time, so other work on the machine slows a cycle but does not change its
+figure much. Prints JSON.
 
 Setups (`--setups`, comma-separated):
 - `snapshot`: the pods from a snapshot file kept fresh (touched every second);
@@ -122,11 +124,14 @@ def keep_fresh(snapshot: Path) -> Iterator[None]:
 def run_agent(argv: list[str], *, warmup: int, cycles: int) -> dict[str, Any]:
     agent = subprocess.Popen(argv, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
     marks: list[tuple[float, float]] = []
+    started: dict[str, float] = {}
     blocked: list[str] = []
     errors: list[str] = []
     try:
         assert agent.stderr is not None
         for line in agent.stderr:
+            if '"agent started"' in line:
+                started = memory_mib(agent.pid)  # imports and wiring, before any cycle
             if "destructive actions blocked" in line and len(marks) >= warmup:  # the measured cycles only
                 blocked.append(line.strip()[:200])
             if '"level": "error"' in line:
@@ -151,6 +156,7 @@ def run_agent(argv: list[str], *, warmup: int, cycles: int) -> dict[str, Any]:
     return {
         "cpu_seconds_per_cycle": round((last[1] - first[1]) / measured, 4),
         "wall_seconds_per_cycle": round((last[0] - first[0]) / measured, 2),
+        "startup_rss_mib": started.get("VmRSS"),
         "rss_mib": memory.get("VmRSS"),
         "peak_rss_mib": memory.get("VmHWM"),
         "rss_anon_mib": memory.get("RssAnon"),
@@ -209,6 +215,7 @@ def measure_setup(setup: str, node: SandboxNode, pods: list[Any], args: argparse
         "runtime_socket": bool(runtime),
         "cpu_seconds_per_cycle": round(cpu, 4),
         "core_share_at_interval_percent": round(100 * cpu / args.interval, 3),
+        "startup_rss_mib": statistics.median(x["startup_rss_mib"] or 0.0 for x in runs),
         "rss_mib": statistics.median(x["rss_mib"] for x in runs),
         "peak_rss_mib": statistics.median(x["peak_rss_mib"] for x in runs),
         "runs": runs,

@@ -182,10 +182,12 @@ def with_netns_addresses(inventory: Inventory, paths: set[str]) -> Inventory:
     Reading a namespace costs a setns and a netlink dump, so a scan reads only the namespaces no cache
     entry names; before anything acts inside a namespace, the engine asks for its addresses here.
     """
-    wanted = {entry_key(e) for e in inventory.netns if e.path in paths and e.mounted and not e.addresses_read}
+    # One key per namespace that may still be read: the named ones and every other file of the same key.
+    unread = [(i, entry_key(e)) for i, e in enumerate(inventory.netns) if e.mounted and not e.addresses_read]
+    wanted = {key for i, key in unread if inventory.netns[i].path in paths}
     if not wanted:
         return inventory
-    netns, problems = _with_addresses(inventory.netns, {entry_key(e) for e in inventory.netns} - wanted)
+    netns, problems = _read_addresses(inventory.netns, [i for i, key in unread if key in wanted])
     return dataclasses.replace(inventory, netns=netns, problems=inventory.problems + tuple(problems))
 
 
@@ -193,8 +195,14 @@ def _with_addresses(
     entries: tuple[NetnsEntry, ...], referenced: set[str]
 ) -> tuple[tuple[NetnsEntry, ...], list[ReadProblem]]:
     """Only a namespace no cache entry names needs its addresses: they are its last link to a pod."""
-    wanted = [i for i, entry in enumerate(entries)
-              if entry.mounted and not entry.addresses_read and entry_key(entry) not in referenced]
+    return _read_addresses(entries, [i for i, entry in enumerate(entries)
+                                     if entry.mounted and not entry.addresses_read
+                                     and entry_key(entry) not in referenced])
+
+
+def _read_addresses(
+    entries: tuple[NetnsEntry, ...], wanted: list[int]
+) -> tuple[tuple[NetnsEntry, ...], list[ReadProblem]]:
     read = read_netns_addresses_many([Path(entries[i].path) for i in wanted])
     out = list(entries)
     problems: list[ReadProblem] = []
