@@ -54,7 +54,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
@@ -62,7 +62,7 @@ import httpx2
 import lightkube
 
 from nodegc.api.client import make_client
-from nodegc.api.currency import NotCurrent, Witness, check_list
+from nodegc.api.currency import MAX_LEASE_AHEAD_SECONDS, NotCurrent, Witness, check_list
 from nodegc.api.errors import KubeError
 from nodegc.api.objects import resource_version_number
 from nodegc.api.reads import list_all
@@ -356,9 +356,17 @@ class Reflector(Generic[T]):
         if self._witness is None:
             return self.view()
         self._count("proofs")
+        try:
+            return self._prove(max_age_seconds, self._witness)
+        except CacheUnusable:
+            self._count("proofs_refused")  # refused all the same (view_not_current): never counted as proven
+            raise
+
+    def _prove(self, max_age_seconds: float, read_witness: Callable[[lightkube.Client], Witness]) -> CacheView[T]:
         renew_after = max_age_seconds / 2.0
         now = self._clock()
         with self._lock:
+            self._drop_future(now)
             view = self._view_locked()
             proven, pending = self._proven_at, self._pending[-1] if self._pending else None
             history = self._history
@@ -368,7 +376,7 @@ class Reflector(Generic[T]):
         if wanted:
             self._count("proof_witness_reads")
             try:
-                witness = self._witness(self._require_client())
+                witness = read_witness(self._require_client())
             except KubeError:
                 self._count("proofs_refused")
                 raise
@@ -385,7 +393,8 @@ class Reflector(Generic[T]):
             view = self._view_locked()
             proven, held = self._proven_at, self._high_rv
             behind = self._pending[-1] if self._pending else None
-        if proven is not None and (self._clock() - proven).total_seconds() <= max_age_seconds:
+        age = (self._clock() - proven).total_seconds() if proven is not None else math.inf
+        if proven is not None and -MAX_LEASE_AHEAD_SECONDS <= age <= max_age_seconds:
             return CacheView(items=view.items, fresh_at=proven, resource_version=view.resource_version)
         self._count("proofs_refused")
         since = f"last proven current {proven_age:.0f}s ago" if proven is not None else "never proven current"
@@ -398,6 +407,16 @@ class Reflector(Generic[T]):
                 f"changes; {since}, more than {max_age_seconds:g}s")
         raise NotCurrent(f"the {self.cache_label} cannot be proven current: {since}, more than {max_age_seconds:g}s"
                          + (f" (witness at {witness_rv})" if witness_rv is not None else ""))
+
+    def _drop_future(self, now: datetime) -> None:
+        """A proof or a pending witness dated after this clock (by more than a Lease may be) was dated by a
+        clock since stepped back: it proves no age, and must not keep the witness from being read again."""
+        ahead = timedelta(seconds=MAX_LEASE_AHEAD_SECONDS)
+        if self._proven_at is not None and self._proven_at - now > ahead:
+            log.warning("proof dated in the future: the clock stepped back; read again", cache=self.what,
+                        proven_at=self._proven_at.isoformat(), now=now.isoformat())
+            self._proven_at = None
+        self._pending = [p for p in self._pending if p.read_at - now <= ahead]
 
     def _view_locked(self) -> CacheView[T]:
         if self._invalid is not None:
