@@ -222,6 +222,15 @@ def test_fetch_raises_before_the_first_sync(api: FakeKubeAPI, kubeconfig: Path) 
         assert ref.fetch().pods == ()
 
 
+def test_a_proof_of_a_cache_not_synced_is_counted_refused(api: FakeKubeAPI, kubeconfig: Path) -> None:
+    """nodegc_reflector_proofs_total{result="proven"} is proofs - refused: an unusable cache is a refusal."""
+    ref = reflector(kubeconfig)
+    with pytest.raises(SourceError, match="not synced"):
+        ref.proven(max_age_seconds=60)
+    stats = ref.stats()
+    assert stats["proofs"] == stats["proofs_refused"] == 1, stats
+
+
 def test_stale_list_is_not_applied_and_a_fresh_one_is(api: FakeKubeAPI, kubeconfig: Path) -> None:
     api.add_pod(pod("a1"))
     old_rv = api.resource_version

@@ -1,4 +1,4 @@
-"""Finding's hand-written __init__ is the dataclass's own: same fields, defaults, equality, hash, pickling,
+"""Finding's and Owner's hand-written __init__ are the dataclass's own: same fields, defaults, equality, hash, pickling,
 copying and dataclasses.replace, and it stays frozen."""
 
 from __future__ import annotations
@@ -21,9 +21,10 @@ def _finding(**changes: object) -> Finding:
     return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
 
 
-def test_init_takes_the_fields_in_order_with_their_defaults() -> None:
-    params = list(inspect.signature(Finding.__init__).parameters.values())[1:]
-    fields = dataclasses.fields(Finding)
+@pytest.mark.parametrize("cls", [Finding, Owner])
+def test_init_takes_the_fields_in_order_with_their_defaults(cls: type[Finding | Owner]) -> None:
+    params = list(inspect.signature(cls.__init__).parameters.values())[1:]
+    fields = dataclasses.fields(cls)
     assert [p.name for p in params] == [f.name for f in fields]
     for p, f in zip(params, fields, strict=True):
         assert p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
@@ -71,3 +72,18 @@ def test_still_frozen() -> None:
         del f.ip
     with pytest.raises((AttributeError, TypeError)):
         f.other = 1  # type: ignore[attr-defined]
+
+
+def test_owner_is_the_dataclass_it_was() -> None:
+    o = Owner(uid="u", namespace="ns", name="n", container_id="c" * 64)
+    assert (o.uid, o.namespace, o.name, o.container_id) == ("u", "ns", "n", "c" * 64)
+    assert o == Owner("u", "ns", "n", "c" * 64)
+    assert hash(o) == hash(Owner("u", "ns", "n", "c" * 64))
+    assert Owner() == Owner(None, None, None, None)
+    assert Owner(container_id="c" * 64).label() == "container:" + "c" * 12
+    assert repr(Owner(uid="u")) == "Owner(uid='u', namespace=None, name=None, container_id=None)"
+    assert pickle.loads(pickle.dumps(o)) == o  # noqa: S301 (our own bytes)
+    assert dataclasses.replace(o, name="m") == Owner("u", "ns", "m", "c" * 64)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        o.uid = "x"  # type: ignore[misc]
+    assert not hasattr(o, "__dict__")

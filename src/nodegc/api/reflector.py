@@ -356,6 +356,13 @@ class Reflector(Generic[T]):
         if self._witness is None:
             return self.view()
         self._count("proofs")
+        try:
+            return self._prove(max_age_seconds, self._witness)
+        except CacheUnusable:
+            self._count("proofs_refused")  # refused all the same (view_not_current): never counted as proven
+            raise
+
+    def _prove(self, max_age_seconds: float, read_witness: Callable[[lightkube.Client], Witness]) -> CacheView[T]:
         renew_after = max_age_seconds / 2.0
         now = self._clock()
         with self._lock:
@@ -369,7 +376,7 @@ class Reflector(Generic[T]):
         if wanted:
             self._count("proof_witness_reads")
             try:
-                witness = self._witness(self._require_client())
+                witness = read_witness(self._require_client())
             except KubeError:
                 self._count("proofs_refused")
                 raise

@@ -53,6 +53,19 @@ class Owner:
     name: str | None = None
     container_id: str | None = None
 
+    def __init__(
+        self,
+        uid: str | None = None,
+        namespace: str | None = None,
+        name: str | None = None,
+        container_id: str | None = None,
+    ) -> None:
+        # As Finding's: the generated frozen __init__, through the slots' own setters.
+        _set_uid(self, uid)
+        _set_namespace(self, namespace)
+        _set_name(self, name)
+        _set_container_id(self, container_id)
+
     def label(self) -> str:
         if self.namespace and self.name:
             return f"{self.namespace}/{self.name}"
@@ -117,4 +130,9 @@ _set_evidence = _slots["evidence"].__set__
 _set_netns = _slots["netns"].__set__
 _set_ip = _slots["ip"].__set__
 _set_sandbox = _slots["sandbox"].__set__
+_slots = Owner.__dict__
+_set_uid = _slots["uid"].__set__
+_set_namespace = _slots["namespace"].__set__
+_set_name = _slots["name"].__set__
+_set_container_id = _slots["container_id"].__set__
 del _slots
