@@ -80,17 +80,6 @@ def service(name: str = "api") -> dict[str, Any]:
 
 
 @pytest.fixture
-def api() -> Iterator[FakeKubeAPI]:
-    with FakeKubeAPI() as server:
-        yield server
-
-
-@pytest.fixture
-def kubeconfig(api: FakeKubeAPI, tmp_path: Path) -> Path:
-    return api.write_kubeconfig(tmp_path / "kubeconfig")
-
-
-@pytest.fixture
 def cluster(api: FakeKubeAPI) -> FakeKubeAPI:
     """A selector-less Service with a hand-written slice: one live pod, one deleted, one finished."""
     api.add("services", service())

@@ -36,11 +36,6 @@ def api() -> Iterator[FakeKubeAPI]:
 
 
 @pytest.fixture
-def kubeconfig(api: FakeKubeAPI, tmp_path: Path) -> Path:
-    return api.write_kubeconfig(tmp_path / "kubeconfig")
-
-
-@pytest.fixture
 def cluster(api: FakeKubeAPI) -> FakeKubeAPI:
     api.add("services", service())
     api.add_pod(pod("live", "10.0.0.5"))

@@ -7,20 +7,11 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from nodegc.controller import add_controller_parser, cmd_controller
 from nodegc.flags import Parser
 from tests.api.fakeapi import FakeKubeAPI
-
-
-@pytest.fixture
-def api() -> Iterator[FakeKubeAPI]:
-    with FakeKubeAPI() as server:
-        yield server
 
 
 def _free_port() -> int:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import socket
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -37,17 +36,6 @@ def pod(name: str, node: str | None = NODE, *, namespace: str = "default", **sta
         "spec": spec,
         "status": {"phase": "Running", **status},
     }
-
-
-@pytest.fixture
-def api() -> Iterator[FakeKubeAPI]:
-    with FakeKubeAPI() as server:
-        yield server
-
-
-@pytest.fixture
-def kubeconfig(api: FakeKubeAPI, tmp_path: Path) -> Path:
-    return api.write_kubeconfig(tmp_path / "kubeconfig")
 
 
 def source(kubeconfig: Path, *, timeout: float = 5.0) -> KubeSource:

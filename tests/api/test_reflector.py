@@ -38,11 +38,6 @@ def api() -> Iterator[FakeKubeAPI]:
         yield server
 
 
-@pytest.fixture
-def kubeconfig(api: FakeKubeAPI, tmp_path: Path) -> Path:
-    return api.write_kubeconfig(tmp_path / "kubeconfig")
-
-
 def reflector(kubeconfig: Path, **overrides: Any) -> PodReflector:
     options: dict[str, Any] = {
         "resync_seconds": 60.0,

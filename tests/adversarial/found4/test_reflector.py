@@ -28,11 +28,6 @@ def api() -> Iterator[FakeKubeAPI]:
         yield server
 
 
-@pytest.fixture
-def kubeconfig(api: FakeKubeAPI, tmp_path: Path) -> Path:
-    return api.write_kubeconfig(tmp_path / "kubeconfig")
-
-
 # -- 5: the node-Lease proof and the "list lacks this pod" check -----------------------------------------
 
 

@@ -48,11 +48,6 @@ def api() -> Iterator[FakeKubeAPI]:
         yield server
 
 
-@pytest.fixture
-def kubeconfig(api: FakeKubeAPI, tmp_path: Path) -> Path:
-    return api.write_kubeconfig(tmp_path / "kubeconfig")
-
-
 def scanner(_roots: Roots, _options: ScanOptions) -> Inventory:
     """Both pods' directories are on the node: `web` is live, and only a stale list can hide it."""
     return Inventory(taken_at=NOW, pod_dirs=(pod_dir("uid-db"), pod_dir("uid-web")))
