@@ -41,8 +41,8 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -84,41 +84,34 @@ def free_port() -> int:
 
 
 @contextmanager
-def kubelet_renewing(api: Any, node: str) -> Iterator[None]:
+def every(seconds: float, action: Callable[[], object], *, now: bool = False) -> Iterator[None]:
+    """`action` every `seconds` on a thread while inside (once at entry too when `now`)."""
+    stop = threading.Event()
+
+    def loop() -> None:
+        if now:
+            action()
+        while not stop.wait(seconds):
+            action()
+
+    worker = threading.Thread(target=loop, daemon=True)
+    worker.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        worker.join()
+
+
+def kubelet_renewing(api: Any, node: str) -> AbstractContextManager[None]:
     """The node's kubelet renews its Lease every 10 s: the agent proves each list by it, and the renewals
     move the resourceVersion its watch's bookmarks carry, as on a cluster."""
-    stop = threading.Event()
-
-    def renew() -> None:
-        api.renew_node_lease(node)
-        while not stop.wait(10.0):
-            api.renew_node_lease(node)
-
-    renewer = threading.Thread(target=renew, daemon=True)
-    renewer.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        renewer.join()
+    return every(10.0, lambda: api.renew_node_lease(node), now=True)
 
 
-@contextmanager
-def keep_fresh(snapshot: Path) -> Iterator[None]:
+def keep_fresh(snapshot: Path) -> AbstractContextManager[None]:
     """A snapshot is as old as its file: the agent acts on it only while someone keeps it fresh."""
-    stop = threading.Event()
-
-    def touch() -> None:
-        while not stop.wait(1.0):
-            os.utime(snapshot)
-
-    toucher = threading.Thread(target=touch, daemon=True)
-    toucher.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        toucher.join()
+    return every(1.0, lambda: os.utime(snapshot))
 
 
 def run_agent(argv: list[str], *, warmup: int, cycles: int) -> dict[str, Any]:
