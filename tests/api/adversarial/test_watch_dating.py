@@ -157,6 +157,21 @@ def lagging_view_missing_web(api: FakeKubeAPI, ref: PodReflector, node: Node, ch
     return created
 
 
+def cycle_after_the_lease_is(write: Callable[[], object], api: FakeKubeAPI, ref: PodReflector,
+                             churn: Callable[[], None], agents: list[Agent]) -> tuple[Agent, CycleReport]:
+    """A node with a dead pod's residue, a view kept fresh by its arrivals (only the proof can refuse it),
+    the kubelet stopped and the node Lease as `write` leaves it: one cycle once the list's proof is too old."""
+    churn()
+    node = Node()
+    node.add("uid-dead", at=time.time() - 3600)
+    api.stop_kubelet(NODE)
+    write()
+    agent = Agent(ref, node)
+    agents.append(agent)
+    time.sleep(MAX_AGE + 0.2)
+    return agent, agent.cycle()
+
+
 def test_a_lagging_watch_that_advances_fools_an_engine_without_the_proof(
     api: FakeKubeAPI, ref: PodReflector, churn: Callable[[], None], agents: list[Agent]
 ) -> None:
@@ -248,15 +263,8 @@ def test_a_current_watch_is_proven_by_one_lease_get_and_dated_at_its_renewal(
 def test_a_lease_dated_in_the_future_proves_nothing(
     api: FakeKubeAPI, ref: PodReflector, churn: Callable[[], None], agents: list[Agent]
 ) -> None:
-    churn()  # the view stays fresh by its arrivals: only the proof can refuse it
-    node = Node()
-    node.add("uid-dead", at=time.time() - 3600)
-    api.stop_kubelet(NODE)
-    api.renew_node_lease(NODE, at=datetime.now(UTC) + timedelta(seconds=60))
-    agent = Agent(ref, node)
-    agents.append(agent)
-    time.sleep(MAX_AGE + 0.2)
-    report = agent.cycle()
+    agent, report = cycle_after_the_lease_is(
+        lambda: api.renew_node_lease(NODE, at=datetime.now(UTC) + timedelta(seconds=60)), api, ref, churn, agents)
     assert blocked(report) == ["view_not_current"] and "in the future" in report.blocked[0]
     assert agent.executor.actions == []
 
@@ -264,19 +272,11 @@ def test_a_lease_dated_in_the_future_proves_nothing(
 def test_a_lease_of_another_holder_proves_nothing(
     api: FakeKubeAPI, ref: PodReflector, churn: Callable[[], None], agents: list[Agent]
 ) -> None:
-    churn()  # the view stays fresh by its arrivals: only the proof can refuse it
-    node = Node()
-    node.add("uid-dead", at=time.time() - 3600)
-    api.stop_kubelet(NODE)
-    api.add("leases", {
+    agent, report = cycle_after_the_lease_is(lambda: api.add("leases", {
         "metadata": {"name": NODE, "namespace": "kube-node-lease"},
         "spec": {"holderIdentity": "node-b", "leaseDurationSeconds": 40,
                  "renewTime": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")},
-    })
-    agent = Agent(ref, node)
-    agents.append(agent)
-    time.sleep(MAX_AGE + 0.2)
-    report = agent.cycle()
+    }), api, ref, churn, agents)
     assert blocked(report) == ["view_not_current"] and "held by 'node-b'" in report.blocked[0]
     assert agent.executor.actions == []
 
