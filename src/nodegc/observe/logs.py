@@ -1,6 +1,6 @@
 """Structured logs on stderr: JSON for machines, key=value colours for a person at a terminal.
 
-Libraries that log through the standard `logging` module (lightkube, httpx2, httpcore2, hpack) go through
+Libraries that log through the standard `logging` module (lightkube, httpx2, httpcore2, h2, hpack, asyncio) go through
 the same renderer into the same stream, with their logger name kept under "logger"; below debug they
 speak from warning up (httpx2 logs every request at info).
 """

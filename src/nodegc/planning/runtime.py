@@ -317,7 +317,7 @@ class _Runtime:
           start-up recovery skips a sandbox it cannot load; its shim and processes run on), and its state
           dir and task bundles are exactly what the list does not show;
         - READY sandboxes listed, none of whose shims the process table shows: that table is not the
-          node's (another pid namespace) or the shims' `-address` is another spelling of the socket, so
+          node's (another pid namespace) or the shims' `-address` names another socket than the endpoint's, so
           "no shim of this id runs" and "its init process is gone" prove nothing."""
         uids = {sb.pod_uid for sb in self.view.sandboxes}
         missing = [p for p in self.ctx.desired.pods if p.state is OwnerState.LIVE and p.host_network
