@@ -91,6 +91,20 @@ def test_an_http_error_status_with_ok_trailers_is_not_a_list(sock_path: Path) ->
         _fails(client)
 
 
+def test_an_http_error_status_with_not_found_is_no_word_that_a_sandbox_is_gone(sock_path: Path) -> None:
+    """A 503 carrying grpc-status NOT_FOUND (a proxy, a runtime going away) is not the runtime's answer: read
+    as one, PodSandboxStatus would say the sandbox does not exist and StopPodSandbox that it is gone."""
+    def not_found_under_503(peer: Peer, request: Request) -> None:
+        peer.headers(request.stream_id, status=503, extra=(("grpc-status", "5"), ("grpc-message", "not found")),
+                     end=True)
+
+    with FakeRuntime(sock_path, not_found_under_503) as rt, RuntimeClient(rt.endpoint, timeout=TIMEOUT) as client:
+        with pytest.raises(RuntimeUnavailable):
+            client.sandbox_status("a" * 64)
+        with pytest.raises(RuntimeUnavailable):
+            client.stop_sandbox("a" * 64)
+
+
 def test_a_padded_reply_is_whole_and_a_padded_short_one_is_not(sock_path: Path) -> None:
     body = _list(50)
 

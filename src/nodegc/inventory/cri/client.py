@@ -239,11 +239,11 @@ class RuntimeClient:
         trailers = reply.trailers if reply.trailers is not None else headers  # trailers-only
         http = headers.get(b":status", b"")
         raw = trailers.get(b"grpc-status")
-        if http != b"200" and (raw is None or raw.strip(b"0") == b""):
-            # gRPC fails any reply whose HTTP status is not 200, whatever it carries (a proxy's, or a
-            # runtime's going away); only an error status of its own is more precise
+        if http != b"200":
+            # gRPC fails any reply whose HTTP status is not 200, whatever grpc-status it carries (a proxy's,
+            # or a runtime's going away): its NOT_FOUND is no runtime's word that a sandbox is gone
             code = _HTTP_STATUS.get(int(http) if http.isdigit() else 0, "UNKNOWN")
-            return code, f"HTTP status {http.decode('ascii', 'replace')} without a grpc error status", None
+            return code, f"HTTP status {http.decode('ascii', 'replace')}, not a gRPC reply", None
         if raw is None:
             return "INTERNAL", "the reply ended without a grpc-status", None
         number = int(raw) if raw.isdigit() else -1
