@@ -67,7 +67,7 @@ def node_lease_witness(client: lightkube.Client, node: str, *, now: datetime,
     if rv is None or not isinstance(renewed, datetime):
         raise NotCurrent(f"{cannot}: {what} has no numeric resourceVersion or no renewTime")
     holder = lease.spec.holderIdentity if lease.spec is not None else None
-    if holder is not None and holder != node:
+    if holder != node:  # the kubelet always names itself; a Lease held by no one is nobody's renewals
         raise NotCurrent(f"{cannot}: {what} is held by {holder!r}, not by node {node}'s kubelet: its renewals"
                          " say nothing about this node")
     if renewed.tzinfo is None:

@@ -37,6 +37,12 @@ def test_a_node_lease_held_by_another_proves_nothing(api: FakeKubeAPI, kubeconfi
         _witness(kubeconfig)
 
 
+def test_a_node_lease_held_by_no_one_proves_nothing(api: FakeKubeAPI, kubeconfig: Path) -> None:
+    _lease(api, None)
+    with pytest.raises(NotCurrent, match="held by None"):
+        _witness(kubeconfig)
+
+
 def test_the_nodes_own_lease_is_a_witness(api: FakeKubeAPI, kubeconfig: Path) -> None:
     _lease(api, NODE)
     assert _witness(kubeconfig) is not None
