@@ -30,8 +30,10 @@ WHOLE: Any = dict[str, Any]
 """The shape of an object kept whole (every field, as the API sent it). Every shape is an object at the
 top (a list item or a GET that is not one is a malformed answer, as it was to lightkube)."""
 
-_ListMeta = TypedDict("_ListMeta", {"resourceVersion": str | None, "continue": str | None}, total=False)
-"""A list's metadata, checked as lightkube checks it (strings or null)."""
+_ListMeta = TypedDict("_ListMeta", {"resourceVersion": str | None, "continue": str | None,
+                                   "remainingItemCount": int | None}, total=False)
+"""A list's metadata, checked as lightkube checks it (strings or null; the count of objects still to come an
+integer or null)."""
 
 T = TypeVar("T")
 
@@ -75,7 +77,10 @@ def list_all(
     cannot be finished at the first page's version, and is not finished at another). Pages at different
     resourceVersions (a lagging cache or proxy that answered some, the store the others) are no one list
     either: what was created in between and sorts into an older page is missing, while the list would
-    report its last page's, newer, version. Every page is compared, an empty one too.
+    report its last page's, newer, version. Every page is compared, an empty one too. A page that ends the
+    list (no continue token) while it counts objects still to come (`remainingItemCount`) is a list cut short,
+    and a continue token handed out a second time (a proxy that ignores `continue` answers the same page
+    again) would be followed forever: both raise.
     """
     pages, _ = _decoders_of(shape)
     params: dict[str, Any] = {"limit": chunk_size,
@@ -85,6 +90,7 @@ def list_all(
         reads = RawReads(client)
         objects: list[dict[str, Any]] = []
         first: str | None = None
+        tokens: set[str] = set()
         index = 0
         while True:
             page = pages.decode(reads.list_page(resource, namespace=lightkube.ALL_NS, params=params))
@@ -97,7 +103,15 @@ def list_all(
             objects.extend(page.items)
             token = meta.get("continue")
             if not token:
+                remaining = meta.get("remainingItemCount")
+                if remaining:
+                    raise KubeError(f"{what}: its last page says {remaining} more objects remain but gives no "
+                                    "continue token: a list cut short")
                 return objects, first
+            if token in tokens:
+                raise KubeError(f"{what}: page {index + 1} hands out a continue token given before (the server "
+                                "or a proxy ignores continue): the list would never end")
+            tokens.add(token)
             params["continue"] = token
             index += 1
 
