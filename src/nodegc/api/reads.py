@@ -20,7 +20,7 @@ import lightkube
 import msgspec
 from lightkube.core.selector import build_selector
 
-from nodegc.api.errors import KubeError, call, get_or_none
+from nodegc.api.errors import KubeError, call
 from nodegc.api.streaming import RawReads
 
 CHUNK_SIZE = 500
@@ -125,12 +125,31 @@ def _mixed(what: str, first: str | None, later: str | None) -> KubeError:
 
 def get_live(client: lightkube.Client, resource: type[Any], *, namespace: str, name: str,
              what: str, shape: Any = WHOLE) -> dict[str, Any] | None:
-    """A live GET of one object decoded into `shape` (None on 404; KubeError otherwise): a fresh read,
-    never a cache."""
+    """A live GET of one object decoded into `shape` (None when the API server says it does not exist;
+    KubeError otherwise): a fresh read, never a cache.
+
+    The API server's NotFound names the object (details.name); a 404 that does not (a path the server or a
+    proxy in front of it does not serve, an HTML error page) says nothing about this object, and would read
+    as its absence: it raises (KubeError without a code)."""
     _, one = _decoders_of(shape)
-    obj: dict[str, Any] | None = get_or_none(
-        what, lambda: one.decode(RawReads(client).get(resource, namespace=namespace, name=name)))
+    try:
+        obj: dict[str, Any] = call(what, lambda: one.decode(RawReads(client).get(resource, namespace=namespace,
+                                                                                  name=name)))
+    except KubeError as e:
+        if not e.not_found:
+            raise
+        if _names(e.__cause__, name):
+            return None
+        raise KubeError(f"{what} failed: HTTP 404 that does not name {name}: not the API server's word that it "
+                        "does not exist") from e.__cause__
     return obj
+
+
+def _names(cause: BaseException | None, name: str) -> bool:
+    """Whether a 404 is the API server's NotFound of the object called `name` (its Status names it)."""
+    status = getattr(cause, "status", None) if isinstance(cause, lightkube.ApiError) else None
+    details = getattr(status, "details", None)
+    return details is not None and details.name == name
 
 
 def decode(data: bytes | str, *, shape: Any = WHOLE) -> Any:
