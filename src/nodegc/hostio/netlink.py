@@ -57,6 +57,9 @@ IFA_LOCAL = 2
 NETNSA_NSID = 1
 NETNSA_FD = 3
 RTEXT_FILTER_SKIP_STATS = 1 << 3
+IFF_LOOPBACK = 0x8
+LOOPBACK_IFINDEX = 1
+"""The loopback's index in every network namespace (include/net/flow.h)."""
 """Counters are most of a link message and none of the reader's business; old kernels ignore the bit."""
 
 _NLA_TYPE_MASK = 0x3FFF  # without NLA_F_NESTED / NLA_F_NET_BYTEORDER
@@ -262,13 +265,19 @@ class RtnlSocket:
                 if mseq == seq and self._address_message(buf, mtype, start, end, out):
                     return out
 
-    def addresses_off_link(self, name: str) -> list[tuple[int, str]]:
-        """`dump_addresses` without those of the link called `name` (none left out when there is no such
-        link), in one round trip: the lookup of that one link by name and the address dump go in one
-        datagram, instead of a dump of every link to find it."""
+    def addresses_off_loopback(self) -> list[tuple[int, str]]:
+        """`dump_addresses` without those of the namespace's loopback, in one round trip: the lookup of
+        that one link and the address dump go in one datagram, instead of a dump of every link.
+
+        The loopback is found by what the kernel makes it, not by its name: every network namespace's
+        loopback is ifindex 1 (LOOPBACK_IFINDEX), from the namespace's birth to its death (it can be
+        neither deleted nor moved), and carries IFF_LOOPBACK. A name would not do: a pod with
+        CAP_NET_ADMIN may rename its loopback and call another link `lo`, by name or by alternative name
+        (which the kernel's lookup by name matches). An answer about any other link, or a link 1 without
+        IFF_LOOPBACK, fails the read; no link 1 (no kernel does that) leaves nothing out."""
         link_seq, addr_seq = next(self._seq), next(self._seq)
         ext_mask = _nla(IFLA_EXT_MASK, _U32.pack(RTEXT_FILTER_SKIP_STATS))
-        lookup = _IFINFOMSG.pack(socket.AF_UNSPEC, 0, 0, 0, 0) + _nla(IFLA_IFNAME, name.encode() + b"\0") + ext_mask
+        lookup = _IFINFOMSG.pack(socket.AF_UNSPEC, 0, LOOPBACK_IFINDEX, 0, 0) + ext_mask
         self._send(_message(RTM_GETLINK, NLM_F_REQUEST, link_seq, lookup)
                    + _message(RTM_GETADDR, NLM_F_REQUEST | NLM_F_DUMP, addr_seq, _IFADDRMSG.pack(0, 0, 0, 0, 0)))
         skip: int | None = None
@@ -282,16 +291,13 @@ class RtnlSocket:
                 if mseq == link_seq and not looked_up:
                     if mtype == NLMSG_ERROR:
                         try:
-                            _raise_if_error(buf, start, end, f"link {name}")
+                            _raise_if_error(buf, start, end, f"link {LOOPBACK_IFINDEX}")
                         except NetlinkError as e:
                             if e.code not in (errno.ENODEV, errno.ENOENT):
                                 raise
                         looked_up = True
                     elif mtype == RTM_NEWLINK:
-                        link = _parse_link(buf, start, end)
-                        if link.name != name:
-                            raise NetlinkError(f"link {name}: the kernel answered with link {link.name!r}")
-                        skip, looked_up = link.index, True
+                        skip, looked_up = _loopback_index(buf, start, end), True
                 elif mseq == addr_seq and not done:
                     done = self._address_message(buf, mtype, start, end, out)
         return [(index, address) for index, address in out if index != skip]
@@ -660,6 +666,20 @@ def _parse_link(buf: bytearray, start: int, end: int) -> RawLink:
         kind,
         _u32(buf, *group) if group is not None else None,
     )
+
+
+def _loopback_index(buf: bytearray, start: int, end: int) -> int:
+    """The index of the link message answering the lookup of the loopback: LOOPBACK_IFINDEX, or an error
+    when the message is about another link or one without IFF_LOOPBACK."""
+    if end - start < _IFINFOMSG.size:
+        raise NetlinkError("truncated link message header")
+    index: int
+    flags: int
+    _family, _type, index, flags, _change = _IFINFOMSG.unpack_from(buf, start)
+    if index != LOOPBACK_IFINDEX or not flags & IFF_LOOPBACK:
+        raise NetlinkError(f"link {LOOPBACK_IFINDEX}: the kernel answered with link {index} (flags {flags:#x}), "
+                           "not the loopback")
+    return index
 
 
 def _parse_nsid(buf: bytearray, start: int, end: int) -> int | NetlinkError:
