@@ -237,8 +237,8 @@ def _cache_for(ctx: Context, container_id: str | None, network: str | None) -> l
     entries = ctx.cache.by_container.get(container_id) if container_id else None
     if not entries:
         return []
-    if network is None:
-        return entries
+    if network is None or len(entries) == 1:
+        return entries  # one entry: of that network, or the only one there is
     same_net = [e for e in entries if e.network == network]
     return same_net or entries
 
