@@ -80,4 +80,5 @@ def test_the_socket_file_decides_not_the_path(tmp_path: Path, sockets: list[sock
              if x.what == "shim"}
     assert set(found) == {ours, blind}
     assert found[ours].problem is None
-    assert found[blind].problem is not None and "cannot be told" in found[blind].problem
+    problem = found[blind].problem
+    assert problem is not None and "cannot be told" in problem
