@@ -48,7 +48,6 @@ waits a random share of `relist_spread_seconds`; the resync period is stretched 
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import random
 import threading
@@ -57,16 +56,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypedDict, TypeVar
 
 import httpx2
 import lightkube
+import msgspec
 
 from nodegc.api.client import make_client
 from nodegc.api.currency import MAX_LEASE_AHEAD_SECONDS, NotCurrent, Witness, check_list
 from nodegc.api.errors import KubeError
 from nodegc.api.objects import resource_version_number
-from nodegc.api.reads import list_all
+from nodegc.api.reads import WHOLE, decode, list_all
 from nodegc.api.streaming import WatchRequests
 from nodegc.hostio.clock import utcnow
 from nodegc.observe.logs import get_logger
@@ -90,6 +90,16 @@ MAX_PENDING_WITNESSES = 4
 """Witnesses read and not yet reached by the view that are kept; the newest ones."""
 _FLEET_WIDE = frozenset({"gone", "stalled"})
 """Relist causes that hit every watch of the fleet at once; an undecodable event is this cache's own."""
+
+
+class _Event(TypedDict, total=False):
+    """A watch line: its object is decoded once its type says into what (a Status for ERROR)."""
+
+    type: Any
+    object: msgspec.Raw
+
+
+_EVENTS = msgspec.json.Decoder(_Event)
 
 
 def backoff_delay(failures: int, *, base: float, cap: float, rng: random.Random,
@@ -152,10 +162,11 @@ class Reflector(Generic[T]):
     """A background list+watch of `resource` (all namespaces) filtered by `fields`.
 
     `parse(obj)` turns one object into T or raises ValueError: a list or event carrying an object that
-    cannot be parsed makes the whole cache untrusted until a relist succeeds. `key(item)` is its identity in
-    the cache; `keep(item)` drops what a server that ignored the selector sent. `on_delete(item)` runs on
-    the watch thread (a DELETED event, or an item a relist finds gone): it must be quick and must not call
-    `stop()`; an exception it raises is logged and ignored.
+    cannot be parsed makes the whole cache untrusted until a relist succeeds; objects are decoded into
+    `shape` (`api.reads`: the fields `parse` reads, or the whole object) from lists and events alike.
+    `key(item)` is its identity in the cache; `keep(item)` drops what a server that ignored the selector
+    sent. `on_delete(item)` runs on the watch thread (a DELETED event, or an item a relist finds gone): it
+    must be quick and must not call `stop()`; an exception it raises is logged and ignored.
     """
 
     def __init__(  # noqa: PLR0915 - one attribute per setting and per piece of state
@@ -167,6 +178,7 @@ class Reflector(Generic[T]):
         cache_label: str | None = None,
         thread_name: str | None = None,
         parse: Callable[[Mapping[str, Any]], T],
+        shape: Any = WHOLE,
         key: Callable[[T], str],
         keep: Callable[[T], bool] = lambda _item: True,
         fields: Mapping[str, str] | None = None,
@@ -191,6 +203,7 @@ class Reflector(Generic[T]):
         self._resource = resource
         self._noun = noun
         self._parse = parse
+        self._shape = shape
         self._key = key
         self._keep = keep
         self._fields = dict(fields or {})
@@ -552,7 +565,7 @@ class Reflector(Generic[T]):
         client = self._require_client()
         witness = self._witness(client) if self._witness is not None else None
         objects, rv = list_all(client, self._resource, what=f"listing {self.what}", fields=self._fields,
-                               timeout=self._request_timeout)
+                               timeout=self._request_timeout, shape=self._shape)
         fresh_at = started if witness is None else self._proven(witness, rv, objects, started)
         items: dict[str, T] = {}
         for index, obj in enumerate(objects):
@@ -685,11 +698,14 @@ class Reflector(Generic[T]):
 
     def _apply(self, run: _Run, line: str) -> None:
         try:
-            event = json.loads(line)
-        except ValueError as e:
-            raise _Relist("error", "a watch line is not JSON") from e
-        obj = event.get("object") if isinstance(event, Mapping) else None
-        kind = event.get("type") if isinstance(event, Mapping) else None
+            event = _EVENTS.decode(line)
+        except ValueError as e:  # not JSON, or not an object
+            raise _Relist("error", "a watch line is not a JSON object") from e
+        kind, raw = event.get("type"), event.get("object")
+        try:
+            obj = decode(raw, shape=WHOLE if kind == "ERROR" else self._shape) if raw is not None else None
+        except ValueError as e:  # an object that is not an object (null, a string...)
+            raise _Relist("error", f"a {kind} watch event without an object") from e
         if not isinstance(obj, Mapping):
             raise _Relist("error", f"a {kind} watch event without an object")
         if kind in EVENT_TYPES:

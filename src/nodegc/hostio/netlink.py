@@ -51,9 +51,11 @@ IFLA_LINKINFO = 18
 IFLA_GROUP = 27
 IFLA_EXT_MASK = 29
 IFLA_LINK_NETNSID = 37
+IFLA_TARGET_NETNSID = 46
 IFLA_INFO_KIND = 1
 IFA_ADDRESS = 1
 IFA_LOCAL = 2
+IFA_TARGET_NETNSID = 10
 NETNSA_NSID = 1
 NETNSA_FD = 3
 RTEXT_FILTER_SKIP_STATS = 1 << 3
@@ -67,6 +69,8 @@ _IFADDRMSG = struct.Struct("=BBBBI")
 _U32 = struct.Struct("=I")
 _U64 = struct.Struct("=Q")
 _SO_NETNS_COOKIE = 71
+_SOL_NETLINK = 270
+_NETLINK_GET_STRICT_CHK = 12
 _I32 = struct.Struct("=i")
 _RECV_BUF = 1 << 16
 """The kernel fills a dump datagram up to 32 KiB; anything longer than the buffer is reported, not cut."""
@@ -76,6 +80,9 @@ _NSID_BATCH = 64
 """Requests per send: their replies (one small datagram each) must fit the default receive buffer."""
 _DELETE_BATCH = 64
 """Link deletes per send, for the same reason (each is acknowledged by a small datagram)."""
+_LOOKUP_BATCH = 16
+"""Link lookups per send: each reply is a link message (about 1.5 KiB without counters); a batch of them
+must fit the default receive buffer (208 KiB)."""
 _DUMP_ATTEMPTS = 3
 
 DEFAULT_TIMEOUT = 10.0
@@ -262,6 +269,15 @@ class RtnlSocket:
                 if mseq == seq and self._address_message(buf, mtype, start, end, out):
                     return out
 
+    def strict(self) -> bool:
+        """Ask the kernel to check this socket's requests strictly (NETLINK_GET_STRICT_CHK, Linux 4.20): an
+        attribute it does not know in a request is refused, never ignored. False where it cannot."""
+        try:
+            self._sock.setsockopt(_SOL_NETLINK, _NETLINK_GET_STRICT_CHK, 1)
+        except OSError:
+            return False
+        return True
+
     def addresses_off_link(self, name: str) -> list[tuple[int, str]]:
         """`dump_addresses` without those of the link called `name` (none left out when there is no such
         link), in one round trip: the lookup of that one link by name and the address dump go in one
@@ -296,9 +312,74 @@ class RtnlSocket:
                     done = self._address_message(buf, mtype, start, end, out)
         return [(index, address) for index, address in out if index != skip]
 
+    def peer_addresses_off_link(self, name: str, netnsids: Sequence[int]) -> list[list[tuple[int, str]]]:
+        """`addresses_off_link` of each namespace that has one of these ids in the socket's namespace, read
+        from here (IFLA_/IFA_TARGET_NETNSID): no socket in each namespace. The lookups of the link `name`
+        go a batch to a datagram, then each namespace's address dump (a socket runs one dump at a time).
+
+        Only on a socket made `strict`, so that a kernel that does not know the attributes refuses the
+        requests rather than answering for the socket's own namespace; every answer must also name its
+        id, or the read fails. Any failure fails the whole read (NetlinkError): the socket may still be in
+        a dump, so the caller must not use it again."""
+        out: list[list[tuple[int, str]]] = []
+        for start in range(0, len(netnsids), _LOOKUP_BATCH):
+            chunk = netnsids[start : start + _LOOKUP_BATCH]
+            skips = self._peer_links_named(name, chunk)
+            for nsid, skip in zip(chunk, skips, strict=True):
+                out.append([(i, a) for i, a in self._peer_addresses(nsid) if i != skip])
+        return out
+
+    def _peer_links_named(self, name: str, netnsids: Sequence[int]) -> list[int | None]:
+        """The index of the link called `name` in each namespace, None where there is none."""
+        ext_mask = _nla(IFLA_EXT_MASK, _U32.pack(RTEXT_FILTER_SKIP_STATS))
+        wanted = name.encode()
+        lookup = _IFINFOMSG.pack(socket.AF_UNSPEC, 0, 0, 0, 0) + _nla(IFLA_IFNAME, wanted + b"\0") + ext_mask
+        seqs = [next(self._seq) for _ in netnsids]
+        first = seqs[0]
+        self._send(b"".join(_message(RTM_GETLINK, NLM_F_REQUEST, seq, lookup + _nla(IFLA_TARGET_NETNSID,
+                                                                                  _I32.pack(nsid)))
+                            for seq, nsid in zip(seqs, netnsids, strict=True)))
+        answers: dict[int, int | None] = {}
+        while len(answers) < len(seqs):
+            size = self._recv()
+            buf = self._buf
+            for mtype, _flags, mseq, start, end in _messages(buf, size):
+                slot = mseq - first
+                if not 0 <= slot < len(seqs) or mseq in answers:
+                    continue
+                if mtype == NLMSG_ERROR:
+                    try:
+                        _raise_if_error(buf, start, end, f"link {name}")
+                    except NetlinkError as e:
+                        if e.code not in (errno.ENODEV, errno.ENOENT):
+                            raise
+                    answers[mseq] = None
+                elif mtype == RTM_NEWLINK:
+                    index, found, target = _link_name_and_target(buf, start, end)
+                    if target != netnsids[slot]:
+                        raise NetlinkError(f"link {name}: the answer does not name netnsid {netnsids[slot]}")
+                    if found != wanted:
+                        raise NetlinkError(f"link {name}: the kernel answered with link {found!r}")
+                    answers[mseq] = index
+        return [answers[seq] for seq in seqs]
+
+    def _peer_addresses(self, netnsid: int) -> list[tuple[int, str]]:
+        seq = next(self._seq)
+        target = _I32.pack(netnsid)
+        body = _IFADDRMSG.pack(0, 0, 0, 0, 0) + _nla(IFA_TARGET_NETNSID, target)
+        self._send(_message(RTM_GETADDR, NLM_F_REQUEST | NLM_F_DUMP, seq, body))
+        out: list[tuple[int, str]] = []
+        while True:
+            size = self._recv()
+            buf = self._buf
+            for mtype, _flags, mseq, start, end in _messages(buf, size):
+                if mseq == seq and self._address_message(buf, mtype, start, end, out, target=target):
+                    return out
+
     def _address_message(self, buf: bytearray, mtype: int, start: int, end: int,
-                         out: list[tuple[int, str]]) -> bool:
-        """One message of an address dump into `out`; True at its end."""
+                         out: list[tuple[int, str]], *, target: bytes = b"") -> bool:
+        """One message of an address dump into `out`; True at its end. `target`: the IFA_TARGET_NETNSID
+        payload every address must carry (none when empty)."""
         if mtype in (NLMSG_DONE, NLMSG_ERROR):
             _raise_if_error(buf, start, end, "address dump")
             return mtype == NLMSG_DONE
@@ -307,7 +388,9 @@ class RtnlSocket:
                 raise NetlinkError("truncated address message")
             family, _plen, _flags2, _scope, index = _IFADDRMSG.unpack_from(buf, start)
             found = {t: bytes(buf[a:b]) for t, a, b in _attrs(buf, start + _IFADDRMSG.size, end)
-                     if t in (IFA_LOCAL, IFA_ADDRESS)}
+                     if t in (IFA_LOCAL, IFA_ADDRESS, IFA_TARGET_NETNSID)}
+            if target and found.get(IFA_TARGET_NETNSID) != target:
+                raise NetlinkError(f"address dump: an address does not name netnsid {_I32.unpack(target)[0]}")
             raw = found.get(IFA_LOCAL) or found.get(IFA_ADDRESS)
             if raw is not None and family in (socket.AF_INET, socket.AF_INET6):
                 out.append((index, socket.inet_ntop(family, raw)))
@@ -660,6 +743,29 @@ def _parse_link(buf: bytearray, start: int, end: int) -> RawLink:
         kind,
         _u32(buf, *group) if group is not None else None,
     )
+
+
+def _link_name_and_target(buf: bytearray, start: int, end: int) -> tuple[int, bytes | None, int | None]:
+    """Index, name (raw bytes) and IFLA_TARGET_NETNSID of a link message; the walk stops once it has the
+    last two (the kernel puts both first)."""
+    if end - start < _IFINFOMSG.size:
+        raise NetlinkError("truncated link message header")
+    index = _IFINFOMSG.unpack_from(buf, start)[2]
+    name: bytes | None = None
+    target: int | None = None
+    unpack = _NLA_HDR.unpack_from
+    off = start + _IFINFOMSG.size
+    while off + 4 <= end and (name is None or target is None):
+        length, atype = unpack(buf, off)
+        if length < 4 or off + length > end:
+            raise NetlinkError(f"attribute {atype & _NLA_TYPE_MASK} of length {length} overruns its message")
+        atype &= _NLA_TYPE_MASK
+        if atype == IFLA_IFNAME and name is None:
+            name = bytes(buf[off + 4 : off + length]).split(b"\0", 1)[0]
+        elif atype == IFLA_TARGET_NETNSID and target is None:
+            target = _i32(buf, off + 4, off + length)
+        off += (length + 3) & ~3
+    return index, name, target
 
 
 def _parse_nsid(buf: bytearray, start: int, end: int) -> int | NetlinkError:
