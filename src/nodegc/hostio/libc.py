@@ -1,4 +1,4 @@
-"""The few libc calls Python has no wrapper for: setns, mount, umount2, statx. One loader, errno kept.
+"""The few libc calls Python has no wrapper for: setns, mount, umount2, statx, openat2. One loader, errno kept.
 
 Each wrapper raises OSError with the errno and a message naming what was attempted; callers decide
 which errnos mean "already done".
@@ -29,6 +29,11 @@ _STATX_SIZE = 256
 _STATX_MASK = struct.Struct("=I")  # stx_mask, at offset 0
 _STATX_INO = struct.Struct("=Q")  # stx_ino, at offset 32
 _STATX_MNT_ID = struct.Struct("=Q")  # stx_mnt_id, at offset 0x90
+SYS_OPENAT2 = 437
+"""The same number on every architecture (Linux 5.6)."""
+RESOLVE_NO_MAGICLINKS = 0x02
+RESOLVE_IN_ROOT = 0x10
+_OPEN_HOW = struct.Struct("=QQQ")  # struct open_how: flags, mode, resolve
 
 
 @functools.cache
@@ -137,3 +142,23 @@ def _stamp(rc: int, buf: ctypes.Array[ctypes.c_char], filename: str) -> tuple[in
     if not mask & STATX_MNT_ID_UNIQUE or not mask & STATX_INO:
         return None
     return _STATX_INO.unpack_from(buf, 32)[0], _STATX_MNT_ID.unpack_from(buf, 0x90)[0]
+
+
+def stat_in_root(root: str | os.PathLike[str], path: str) -> os.stat_result:
+    """`path` as the processes whose root `root` is see it (`/proc/<pid>/root`: in their mount namespace).
+    An absolute symlink on the way resolves below `root`, never in the caller's own root, which a plain
+    stat of `<root>/<path>` would do (RESOLVE_IN_ROOT of openat2). ENOSYS before Linux 5.6."""
+    dirfd = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        how = ctypes.create_string_buffer(
+            _OPEN_HOW.pack(os.O_PATH | os.O_CLOEXEC, 0, RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS), _OPEN_HOW.size)
+        fd = libc().syscall(ctypes.c_long(SYS_OPENAT2), ctypes.c_int(dirfd), ctypes.c_char_p(os.fsencode(path)),
+                            how, ctypes.c_size_t(_OPEN_HOW.size))
+        if fd < 0:
+            raise _error(path)
+        try:
+            return os.fstat(fd)
+        finally:
+            os.close(fd)
+    finally:
+        os.close(dirfd)

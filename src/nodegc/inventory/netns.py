@@ -237,7 +237,8 @@ def read_netns_addresses(path: Path) -> tuple[str, ...]:
     """Addresses inside the namespace, for tying a namespace without a CNI cache entry to a pod.
 
     Read on nodegc's own netlink socket opened in the namespace (never creates the file, never forks);
-    loopback and link-local addresses, and any address on the loopback interface, are left out.
+    loopback and link-local addresses, and any address on the namespace's loopback (ifindex 1, whatever
+    its name; not a link renamed `lo`), are left out.
     """
     try:
         rtnl = RtnlSocket.open(path)
@@ -303,7 +304,7 @@ def _read_by_netnsid(paths: Sequence[Path], out: list[tuple[str, ...] | NetnsRea
                 ids = rtnl.netnsids(list(fds.values()))
                 known = [(i, nsid) for i, nsid in zip(fds, ids, strict=True)
                          if isinstance(nsid, int) and 0 <= nsid <= _NSID_MAX]
-                read = rtnl.peer_addresses_off_link("lo", [nsid for _, nsid in known])
+                read = rtnl.peer_addresses_off_loopback([nsid for _, nsid in known])
                 for (i, _), addresses in zip(known, read, strict=True):
                     out[i] = _kept(addresses)
             except NetlinkError:
@@ -317,7 +318,7 @@ def _addresses(rtnl: RtnlSocket, path: Path) -> tuple[str, ...]:
     """The addresses `rtnl` (in the namespace of `path`) dumps, loopback and link-local left out; closes it."""
     try:
         with rtnl:
-            addresses = rtnl.addresses_off_link("lo")
+            addresses = rtnl.addresses_off_loopback()
     except (NetlinkError, OSError) as e:
         raise NetnsReadError(f"cannot read addresses in netns {os.fsdecode(path)}: {e}") from e
     return _kept(addresses)
