@@ -64,7 +64,7 @@ def test_taken_again_only_with_the_findings_of_a_fresh_correlation(runtime: bool
     policy = CorrelationPolicy(min_age_seconds=min_age)
     taken = made = 0
     for i, scan in enumerate(_scans(3, runtime)):
-        memo = Correlations()
+        memo = Correlations(size=64)  # every time seen so far: each later one is checked against them all
         read = with_addresses_read(scan, i)
         for now, photo in _times(i):
             desired = replace(scan.desired, fetched_at=photo)

@@ -42,9 +42,11 @@ class _Kept:
 class Correlations:
     """The last few correlations of a process (`size`), and the rule that takes one again."""
 
-    def __init__(self, size: int = 4) -> None:
+    def __init__(self, size: int = 2) -> None:
         self.size = size
-        """Four: detect's two passes, of the scan and of its judgement again on the proven photograph."""
+        """Two: detect's two passes (about 3 MiB of findings and records at 1,000 pods kept from one cycle to
+        the next). A cycle's judgement again on the proven photograph (the same pods at a later time) takes
+        the scan's."""
         self._kept: list[_Kept] = []
         self.taken_again = 0
         """How many correlations were taken again instead of being made (for tests and benchmarks)."""
