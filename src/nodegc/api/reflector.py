@@ -30,9 +30,10 @@ current as of the witness's time, never as of an arrival. A witness the view has
 (pending): the first event, bookmark or list that reaches it proves the view as of that witness's time,
 so the proof costs one GET and no wait. Every proof belongs to one history of resourceVersions: a restart
 of the cache or a history that restarted (an etcd restore) drops what was proven and pending. A history
-restarted is told by a list older than the view or a witness older than one read before; the view's own
-resourceVersion then compares with nothing until a list is taken (a witness of the new history would be
-"reached" at once by versions the old one already passed).
+restarted is told by a list older than the view or a witness older than one read before (a lagging API
+server's list older than the view looks the same, so it too drops the proof; a row of such lists drops it
+once); the view's own resourceVersion then compares with nothing until a list is taken (a witness of the
+new history would be "reached" at once by versions the old one already passed).
 
 Ownership: `stop()` then `start()` while a list is in flight (a controller losing and regaining its
 leadership) leaves the old thread to finish that request; every run has its own stop flag and generation,
@@ -457,6 +458,13 @@ class Reflector(Generic[T]):
         self._proven_at = None
         self._pending = []
 
+    def _forget_proofs_once(self) -> None:
+        """`_forget_proofs()` unless it was done since the view was last listed (lock held): until a list
+        brings the view into the new history, no proof can be taken (no witness is reached) and a pending
+        witness is read after the sign, so a row of refused lists drops what was proven once."""
+        if self._view_history == self._history:
+            self._forget_proofs()
+
     def _note_witness(self, rv: int) -> None:
         """A witness read: one older than a witness read before means the history restarted (lock held)."""
         if self._witness_rv is not None and rv < self._witness_rv:
@@ -577,16 +585,17 @@ class Reflector(Generic[T]):
             if number is not None and self._high_rv is not None and number < self._high_rv:
                 self._stale_lists += 1
                 self._counters["stale_lists"] += 1
-                # A list older than the view: a lagging server, or a history that restarted (an etcd restore),
-                # whose witnesses the view's resourceVersion would "reach" at once. Nothing proven stands.
-                self._forget_proofs()
+                # A list older than the view: a lagging server, or a history that restarted (an etcd restore:
+                # the view may hold changes the store no longer has, and a witness of the new history would be
+                # "reached" at once). The two look the same, so nothing proven stands, though a lagging
+                # server's list leaves the proof valid: acting waits for the next list applied.
+                self._forget_proofs_once()
                 if self._stale_lists <= self._max_stale_lists:
                     raise KubeError(
                         f"the list of {self.what} is at resourceVersion {rv}, "
                         f"older than {self._high_rv} already seen"
                     )
                 self._high_rv = None  # the server insists: its history restarted
-                self._forget_proofs()
             self._stale_lists = 0
             gone = [item for k, item in self._items.items() if k not in items]
             self._items = items
@@ -624,7 +633,7 @@ class Reflector(Generic[T]):
             with self._lock:
                 self._floor_rv = None
                 if self._stale_lists >= self._max_stale_lists:
-                    self._forget_proofs()  # a history that restarted: earlier witnesses compare with nothing
+                    self._forget_proofs_once()  # a history that restarted: earlier witnesses compare with nothing
         return min(started, witness.at)
 
     def _watch(self, run: _Run, *, until: float) -> bool:
