@@ -110,23 +110,26 @@ def test_the_same_addresses_as_entering_each_namespace(node: Node) -> None:
     _ip(vip, "addr", "add", "10.70.9.4/32", "dev", "lo")  # on the loopback: left out
     renamed = node.pod("renamed", "10.70.0.5/24")
     _ip(renamed, "link", "set", "lo", "name", "lo0")
-    _ip(renamed, "addr", "add", "10.70.9.5/32", "dev", "lo0")  # no link called lo: nothing left out
+    _ip(renamed, "addr", "add", "10.70.9.5/32", "dev", "lo0")  # the loopback, whatever its name: left out
     called_lo = node.pod("called-lo", "10.70.0.6/24")
     _ip(called_lo, "link", "set", "lo", "name", "lo1")
     _ip(called_lo, "link", "set", "eth0", "down")
-    _ip(called_lo, "link", "set", "eth0", "name", "lo")  # the pod's veth called lo: its address left out
+    _ip(called_lo, "link", "set", "eth0", "name", "lo")  # the pod's veth called lo: read as any other link
     _ip(called_lo, "link", "add", "d0", "type", "veth", "peer", "name", "d1")
     _ip(called_lo, "addr", "add", "10.70.8.6/24", "dev", "d0")
+    altname = node.pod("altname", "10.70.0.7/24")
+    _ip(altname, "link", "set", "lo", "name", "lo2")
+    _ip(altname, "link", "property", "add", "dev", "eth0", "altname", "lo")  # a lookup by name finds eth0
     empty = node.pod("empty")
     many = node.pod("many")
     batch = "".join(f"addr add 10.71.{i // 250}.{i % 250 + 1}/32 dev eth0\n" for i in range(600))
     _run("nsenter", f"--net={many}", "ip", "-batch", "-", stdin=batch)
-    paths = [plain, dual, vip, renamed, called_lo, empty, many]
+    paths = [plain, dual, vip, renamed, called_lo, altname, empty, many]
     assert all(_by_netnsid(node, paths))
     read = _same(node, paths)
-    assert read[:6] == [("10.70.0.2",), ("10.70.0.3", "fd00:70::3"), ("10.70.0.4",), ("10.70.0.5", "10.70.9.5"),
-                        ("10.70.8.6",), ()]
-    assert isinstance(read[6], tuple) and len(read[6]) == 600
+    assert read[:7] == [("10.70.0.2",), ("10.70.0.3", "fd00:70::3"), ("10.70.0.4",), ("10.70.0.5",),
+                        ("10.70.0.6", "10.70.8.6"), ("10.70.0.7",), ()]
+    assert isinstance(read[7], tuple) and len(read[7]) == 600
 
 
 def test_more_namespaces_than_a_batch_mixed_with_ones_it_cannot_read(node: Node) -> None:
@@ -170,10 +173,10 @@ def test_an_answer_for_another_id_fails_the_read(node: Node) -> None:
             assert rtnl.strict()
             (nsid,) = rtnl.netnsids([fd])
             assert isinstance(nsid, int)
-            (read,) = rtnl.peer_addresses_off_link("lo", [nsid])
+            (read,) = rtnl.peer_addresses_off_loopback([nsid])
             assert [address for _, address in read if not address.startswith("fe80")] == ["10.75.0.2"]
             with pytest.raises(NetlinkError):
-                rtnl.peer_addresses_off_link("lo", [nsid + 1000])  # no namespace has it: the kernel refuses
+                rtnl.peer_addresses_off_loopback([nsid + 1000])  # no namespace has it: the kernel refuses
     finally:
         os.close(fd)
 

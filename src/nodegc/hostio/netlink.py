@@ -59,6 +59,9 @@ IFA_TARGET_NETNSID = 10
 NETNSA_NSID = 1
 NETNSA_FD = 3
 RTEXT_FILTER_SKIP_STATS = 1 << 3
+IFF_LOOPBACK = 0x8
+LOOPBACK_IFINDEX = 1
+"""The loopback's index in every network namespace (include/net/flow.h)."""
 """Counters are most of a link message and none of the reader's business; old kernels ignore the bit."""
 
 _NLA_TYPE_MASK = 0x3FFF  # without NLA_F_NESTED / NLA_F_NET_BYTEORDER
@@ -278,13 +281,19 @@ class RtnlSocket:
             return False
         return True
 
-    def addresses_off_link(self, name: str) -> list[tuple[int, str]]:
-        """`dump_addresses` without those of the link called `name` (none left out when there is no such
-        link), in one round trip: the lookup of that one link by name and the address dump go in one
-        datagram, instead of a dump of every link to find it."""
+    def addresses_off_loopback(self) -> list[tuple[int, str]]:
+        """`dump_addresses` without those of the namespace's loopback, in one round trip: the lookup of
+        that one link and the address dump go in one datagram, instead of a dump of every link.
+
+        The loopback is found by what the kernel makes it, not by its name: every network namespace's
+        loopback is ifindex 1 (LOOPBACK_IFINDEX), from the namespace's birth to its death (it can be
+        neither deleted nor moved), and carries IFF_LOOPBACK. A name would not do: a pod with
+        CAP_NET_ADMIN may rename its loopback and call another link `lo`, by name or by alternative name
+        (which the kernel's lookup by name matches). An answer about any other link, or a link 1 without
+        IFF_LOOPBACK, fails the read; no link 1 (no kernel does that) leaves nothing out."""
         link_seq, addr_seq = next(self._seq), next(self._seq)
         ext_mask = _nla(IFLA_EXT_MASK, _U32.pack(RTEXT_FILTER_SKIP_STATS))
-        lookup = _IFINFOMSG.pack(socket.AF_UNSPEC, 0, 0, 0, 0) + _nla(IFLA_IFNAME, name.encode() + b"\0") + ext_mask
+        lookup = _IFINFOMSG.pack(socket.AF_UNSPEC, 0, LOOPBACK_IFINDEX, 0, 0) + ext_mask
         self._send(_message(RTM_GETLINK, NLM_F_REQUEST, link_seq, lookup)
                    + _message(RTM_GETADDR, NLM_F_REQUEST | NLM_F_DUMP, addr_seq, _IFADDRMSG.pack(0, 0, 0, 0, 0)))
         skip: int | None = None
@@ -298,24 +307,21 @@ class RtnlSocket:
                 if mseq == link_seq and not looked_up:
                     if mtype == NLMSG_ERROR:
                         try:
-                            _raise_if_error(buf, start, end, f"link {name}")
+                            _raise_if_error(buf, start, end, f"link {LOOPBACK_IFINDEX}")
                         except NetlinkError as e:
                             if e.code not in (errno.ENODEV, errno.ENOENT):
                                 raise
                         looked_up = True
                     elif mtype == RTM_NEWLINK:
-                        link = _parse_link(buf, start, end)
-                        if link.name != name:
-                            raise NetlinkError(f"link {name}: the kernel answered with link {link.name!r}")
-                        skip, looked_up = link.index, True
+                        skip, looked_up = _loopback_index(buf, start, end), True
                 elif mseq == addr_seq and not done:
                     done = self._address_message(buf, mtype, start, end, out)
         return [(index, address) for index, address in out if index != skip]
 
-    def peer_addresses_off_link(self, name: str, netnsids: Sequence[int]) -> list[list[tuple[int, str]]]:
-        """`addresses_off_link` of each namespace that has one of these ids in the socket's namespace, read
-        from here (IFLA_/IFA_TARGET_NETNSID): no socket in each namespace. The lookups of the link `name`
-        go a batch to a datagram, then each namespace's address dump (a socket runs one dump at a time).
+    def peer_addresses_off_loopback(self, netnsids: Sequence[int]) -> list[list[tuple[int, str]]]:
+        """`addresses_off_loopback` of each namespace that has one of these ids in the socket's namespace,
+        read from here (IFLA_/IFA_TARGET_NETNSID): no socket in each namespace. The lookups of link 1 go a
+        batch to a datagram, then each namespace's address dump (a socket runs one dump at a time).
 
         Only on a socket made `strict`, so that a kernel that does not know the attributes refuses the
         requests rather than answering for the socket's own namespace; every answer must also name its
@@ -324,16 +330,16 @@ class RtnlSocket:
         out: list[list[tuple[int, str]]] = []
         for start in range(0, len(netnsids), _LOOKUP_BATCH):
             chunk = netnsids[start : start + _LOOKUP_BATCH]
-            skips = self._peer_links_named(name, chunk)
+            skips = self._peer_loopbacks(chunk)
             for nsid, skip in zip(chunk, skips, strict=True):
                 out.append([(i, a) for i, a in self._peer_addresses(nsid) if i != skip])
         return out
 
-    def _peer_links_named(self, name: str, netnsids: Sequence[int]) -> list[int | None]:
-        """The index of the link called `name` in each namespace, None where there is none."""
+    def _peer_loopbacks(self, netnsids: Sequence[int]) -> list[int | None]:
+        """The loopback's index (link 1, checked as `_loopback_index` checks it) in each namespace, None
+        where there is no link 1."""
         ext_mask = _nla(IFLA_EXT_MASK, _U32.pack(RTEXT_FILTER_SKIP_STATS))
-        wanted = name.encode()
-        lookup = _IFINFOMSG.pack(socket.AF_UNSPEC, 0, 0, 0, 0) + _nla(IFLA_IFNAME, wanted + b"\0") + ext_mask
+        lookup = _IFINFOMSG.pack(socket.AF_UNSPEC, 0, LOOPBACK_IFINDEX, 0, 0) + ext_mask
         seqs = [next(self._seq) for _ in netnsids]
         first = seqs[0]
         self._send(b"".join(_message(RTM_GETLINK, NLM_F_REQUEST, seq, lookup + _nla(IFLA_TARGET_NETNSID,
@@ -349,18 +355,16 @@ class RtnlSocket:
                     continue
                 if mtype == NLMSG_ERROR:
                     try:
-                        _raise_if_error(buf, start, end, f"link {name}")
+                        _raise_if_error(buf, start, end, f"link {LOOPBACK_IFINDEX}")
                     except NetlinkError as e:
                         if e.code not in (errno.ENODEV, errno.ENOENT):
                             raise
                     answers[mseq] = None
                 elif mtype == RTM_NEWLINK:
-                    index, found, target = _link_name_and_target(buf, start, end)
-                    if target != netnsids[slot]:
-                        raise NetlinkError(f"link {name}: the answer does not name netnsid {netnsids[slot]}")
-                    if found != wanted:
-                        raise NetlinkError(f"link {name}: the kernel answered with link {found!r}")
-                    answers[mseq] = index
+                    if _link_target(buf, start, end) != netnsids[slot]:
+                        raise NetlinkError(f"link {LOOPBACK_IFINDEX}: the answer does not name netnsid "
+                                           f"{netnsids[slot]}")
+                    answers[mseq] = _loopback_index(buf, start, end)
         return [answers[seq] for seq in seqs]
 
     def _peer_addresses(self, netnsid: int) -> list[tuple[int, str]]:
@@ -745,27 +749,34 @@ def _parse_link(buf: bytearray, start: int, end: int) -> RawLink:
     )
 
 
-def _link_name_and_target(buf: bytearray, start: int, end: int) -> tuple[int, bytes | None, int | None]:
-    """Index, name (raw bytes) and IFLA_TARGET_NETNSID of a link message; the walk stops once it has the
-    last two (the kernel puts both first)."""
+def _loopback_index(buf: bytearray, start: int, end: int) -> int:
+    """The index of the link message answering the lookup of the loopback: LOOPBACK_IFINDEX, or an error
+    when the message is about another link or one without IFF_LOOPBACK."""
     if end - start < _IFINFOMSG.size:
         raise NetlinkError("truncated link message header")
-    index = _IFINFOMSG.unpack_from(buf, start)[2]
-    name: bytes | None = None
-    target: int | None = None
+    index: int
+    flags: int
+    _family, _type, index, flags, _change = _IFINFOMSG.unpack_from(buf, start)
+    if index != LOOPBACK_IFINDEX or not flags & IFF_LOOPBACK:
+        raise NetlinkError(f"link {LOOPBACK_IFINDEX}: the kernel answered with link {index} (flags {flags:#x}), "
+                           "not the loopback")
+    return index
+
+
+def _link_target(buf: bytearray, start: int, end: int) -> int | None:
+    """IFLA_TARGET_NETNSID of a link message; the walk stops at it (the kernel puts it among the first)."""
+    if end - start < _IFINFOMSG.size:
+        raise NetlinkError("truncated link message header")
     unpack = _NLA_HDR.unpack_from
     off = start + _IFINFOMSG.size
-    while off + 4 <= end and (name is None or target is None):
+    while off + 4 <= end:
         length, atype = unpack(buf, off)
         if length < 4 or off + length > end:
             raise NetlinkError(f"attribute {atype & _NLA_TYPE_MASK} of length {length} overruns its message")
-        atype &= _NLA_TYPE_MASK
-        if atype == IFLA_IFNAME and name is None:
-            name = bytes(buf[off + 4 : off + length]).split(b"\0", 1)[0]
-        elif atype == IFLA_TARGET_NETNSID and target is None:
-            target = _i32(buf, off + 4, off + length)
+        if atype & _NLA_TYPE_MASK == IFLA_TARGET_NETNSID:
+            return _i32(buf, off + 4, off + length)
         off += (length + 3) & ~3
-    return index, name, target
+    return None
 
 
 def _parse_nsid(buf: bytearray, start: int, end: int) -> int | NetlinkError:
