@@ -25,14 +25,16 @@ import time
 from pathlib import Path
 
 from nodegc.hostio.mountinfo import mounts_below, read_mounts
-from nodegc.inventory.cri.client import CRIError, RuntimeClient
+from nodegc.inventory.cri.client import CRIError, EndpointError, RuntimeClient, socket_path
 from nodegc.inventory.cri.leftovers import (
     CRI_DIR,
     CRI_NAMESPACE,
     TASKS_DIR,
     expected_mount,
     is_container_id,
+    serves_socket,
     shim_args,
+    socket_file,
     start_ticks,
 )
 from nodegc.model.resources import VolumeDir
@@ -155,6 +157,21 @@ def _identity_doubt(left: RuntimeLeftover, proc_root: Path) -> str | None:
     return None
 
 
+def _socket_doubt(left: RuntimeLeftover, endpoint: str | None, proc_root: Path) -> str | None:
+    """The shim's `-address`, seen from its own mount namespace, must be the endpoint's socket file: another
+    containerd may listen at the same path in another mount namespace."""
+    assert left.pid is not None
+    if not endpoint:
+        return None  # refused below: no runtime to ask
+    try:
+        want = socket_file(str(socket_path(endpoint or "")))
+    except EndpointError as e:
+        return f"no runtime socket to compare the shim's with: {e}"
+    if serves_socket(proc_root, left.pid, left.address, want) is not True:
+        return f"pid {left.pid}'s -address {left.address} is not the endpoint's socket as its mount namespace shows it"
+    return None
+
+
 def _wait_exit(pidfd: int, seconds: float) -> bool:
     poller = select.poll()
     poller.register(pidfd, select.POLLIN)
@@ -187,7 +204,7 @@ def stop_shim(left: RuntimeLeftover, *, endpoint: str | None, timeout: float, pr
         return Outcome.failed(f"cannot pin pid {left.pid}: {e.strerror}")
     try:
         # Read after the pidfd is open: if it matches now, the pidfd is that very process.
-        doubt = _identity_doubt(left, proc_root)
+        doubt = _identity_doubt(left, proc_root) or _socket_doubt(left, endpoint, proc_root)
         if doubt is not None:
             return Outcome.changed(doubt)
         doubt = runtime_doubt(left, endpoint=endpoint, timeout=timeout)
