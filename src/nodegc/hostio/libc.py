@@ -11,6 +11,8 @@ import errno
 import functools
 import os
 import struct
+from collections.abc import Sequence
+from typing import Any
 
 CLONE_NEWNET = 0x40000000
 MNT_DETACH = 2
@@ -90,20 +92,52 @@ def unique_mount(path: str | bytes | None = None, *, fd: int | None = None) -> t
 
     The mount id is the one of the mount the path resolves to now (the topmost one on a mount point), and
     a unique id is never reused while the machine runs: the same id later is the very same mount."""
-    lib = libc()
-    if not hasattr(lib, "statx"):
+    statx = _statx()
+    if statx is None:
         return None
     buf = ctypes.create_string_buffer(_STATX_SIZE)
     if fd is not None:
-        rc = lib.statx(fd, b"", AT_EMPTY_PATH, STATX_INO | STATX_MNT_ID_UNIQUE, buf)
-    else:
-        assert path is not None
-        rc = lib.statx(AT_FDCWD, os.fsencode(path), AT_SYMLINK_NOFOLLOW, STATX_INO | STATX_MNT_ID_UNIQUE, buf)
+        return _stamp(statx(fd, b"", AT_EMPTY_PATH, _STATX_WANTED, buf), buf, f"fd {fd}")
+    assert path is not None
+    return _stamp(statx(AT_FDCWD, os.fsencode(path), AT_SYMLINK_NOFOLLOW, _STATX_WANTED, buf), buf,
+                  os.fsdecode(path))
+
+
+def unique_mounts(paths: Sequence[str]) -> list[tuple[int, int] | OSError | None]:
+    """`unique_mount` of each path, or the error it raised (a scan asks hundreds at once: one buffer)."""
+    statx = _statx()
+    if statx is None:
+        return [None] * len(paths)
+    buf = ctypes.create_string_buffer(_STATX_SIZE)
+    out: list[tuple[int, int] | OSError | None] = []
+    for path in paths:
+        try:
+            out.append(_stamp(statx(AT_FDCWD, path.encode("utf-8", "surrogateescape"), AT_SYMLINK_NOFOLLOW,
+                                    _STATX_WANTED, buf), buf, path))
+        except OSError as e:
+            out.append(e)
+    return out
+
+
+_STATX_WANTED = STATX_INO | STATX_MNT_ID_UNIQUE
+
+
+@functools.cache
+def _statx() -> Any:
+    """libc's statx, called without argument conversion (its arguments are ints, bytes and a buffer: what
+    ctypes passes as they are), which is most of the cost of a call; None without the wrapper."""
+    fn = getattr(ctypes.CDLL(None, use_errno=True), "statx", None)
+    if fn is not None:
+        fn.restype = ctypes.c_int
+    return fn
+
+
+def _stamp(rc: int, buf: ctypes.Array[ctypes.c_char], filename: str) -> tuple[int, int] | None:
     if rc != 0:
         err = ctypes.get_errno()
         if err == errno.ENOSYS:
             return None
-        raise OSError(err, os.strerror(err), os.fsdecode(path) if path is not None else f"fd {fd}")
+        raise OSError(err, os.strerror(err), filename)
     (mask,) = _STATX_MASK.unpack_from(buf, 0)
     if not mask & STATX_MNT_ID_UNIQUE or not mask & STATX_INO:
         return None

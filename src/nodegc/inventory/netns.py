@@ -14,6 +14,7 @@ import ipaddress
 import os
 import re
 import stat
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -130,6 +131,29 @@ def _mount_points(mounts: Sequence[Mount], netns_dir: Path) -> tuple[frozenset[s
     """
     configured = os.path.normpath(os.fsdecode(netns_dir))
     resolved = os.path.realpath(configured)
+    if not isinstance(mounts, tuple):
+        return _points_below(mounts, configured, resolved)
+    with _points_lock:
+        last = _last_points.get((configured, resolved))
+    if last is not None and last[0] is mounts:
+        return last[1]
+    found = _points_below(mounts, configured, resolved)
+    with _points_lock:
+        if len(_last_points) >= 4:
+            _last_points.clear()
+        _last_points[(configured, resolved)] = (mounts, found)
+    return found
+
+
+_Points = tuple[frozenset[str], frozenset[str]]
+_last_points: dict[tuple[str, str], tuple[tuple[Mount, ...], _Points]] = {}
+"""The last answer per directory (as configured, as resolved now), with the very mount table it came from:
+the scan's table is the same object while its bytes are unchanged (`read_mounts(reuse=True)`), and a
+tuple cannot change, so the same object gives the same answer."""
+_points_lock = threading.Lock()
+
+
+def _points_below(mounts: Sequence[Mount], configured: str, resolved: str) -> _Points:
     nsfs: set[str] = set()
     other: set[str] = set()
     # A point whose parent is one of the two dirs holds that dir's last name as written: normpath only
@@ -195,6 +219,7 @@ def _read_entry(
     return entry, problem
 
 
+@functools.lru_cache(maxsize=4096)
 def _odd_name(name: str) -> str | None:
     """Names `ip netns` and the runtimes never create; such a file is reported, not inventoried."""
     if name.startswith("."):
