@@ -20,7 +20,7 @@ import lightkube
 import msgspec
 from lightkube.core.selector import build_selector
 
-from nodegc.api.errors import KubeError, call, get_or_none
+from nodegc.api.errors import KubeError, call
 from nodegc.api.streaming import RawReads
 
 CHUNK_SIZE = 500
@@ -30,8 +30,10 @@ WHOLE: Any = dict[str, Any]
 """The shape of an object kept whole (every field, as the API sent it). Every shape is an object at the
 top (a list item or a GET that is not one is a malformed answer, as it was to lightkube)."""
 
-_ListMeta = TypedDict("_ListMeta", {"resourceVersion": str | None, "continue": str | None}, total=False)
-"""A list's metadata, checked as lightkube checks it (strings or null)."""
+_ListMeta = TypedDict("_ListMeta", {"resourceVersion": str | None, "continue": str | None,
+                                   "remainingItemCount": int | None}, total=False)
+"""A list's metadata, checked as lightkube checks it (strings or null; the count of objects still to come an
+integer or null)."""
 
 T = TypeVar("T")
 
@@ -75,7 +77,10 @@ def list_all(
     cannot be finished at the first page's version, and is not finished at another). Pages at different
     resourceVersions (a lagging cache or proxy that answered some, the store the others) are no one list
     either: what was created in between and sorts into an older page is missing, while the list would
-    report its last page's, newer, version. Every page is compared, an empty one too.
+    report its last page's, newer, version. Every page is compared, an empty one too. A page that ends the
+    list (no continue token) while it counts objects still to come (`remainingItemCount`) is a list cut short,
+    and a continue token handed out a second time (a proxy that ignores `continue` answers the same page
+    again) would be followed forever: both raise.
     """
     pages, _ = _decoders_of(shape)
     params: dict[str, Any] = {"limit": chunk_size,
@@ -85,6 +90,7 @@ def list_all(
         reads = RawReads(client)
         objects: list[dict[str, Any]] = []
         first: str | None = None
+        tokens: set[str] = set()
         index = 0
         while True:
             page = pages.decode(reads.list_page(resource, namespace=lightkube.ALL_NS, params=params))
@@ -97,7 +103,15 @@ def list_all(
             objects.extend(page.items)
             token = meta.get("continue")
             if not token:
+                remaining = meta.get("remainingItemCount")
+                if remaining:
+                    raise KubeError(f"{what}: its last page says {remaining} more objects remain but gives no "
+                                    "continue token: a list cut short")
                 return objects, first
+            if token in tokens:
+                raise KubeError(f"{what}: page {index + 1} hands out a continue token given before (the server "
+                                "or a proxy ignores continue): the list would never end")
+            tokens.add(token)
             params["continue"] = token
             index += 1
 
@@ -111,12 +125,31 @@ def _mixed(what: str, first: str | None, later: str | None) -> KubeError:
 
 def get_live(client: lightkube.Client, resource: type[Any], *, namespace: str, name: str,
              what: str, shape: Any = WHOLE) -> dict[str, Any] | None:
-    """A live GET of one object decoded into `shape` (None on 404; KubeError otherwise): a fresh read,
-    never a cache."""
+    """A live GET of one object decoded into `shape` (None when the API server says it does not exist;
+    KubeError otherwise): a fresh read, never a cache.
+
+    The API server's NotFound names the object (details.name); a 404 that does not (a path the server or a
+    proxy in front of it does not serve, an HTML error page) says nothing about this object, and would read
+    as its absence: it raises (KubeError without a code)."""
     _, one = _decoders_of(shape)
-    obj: dict[str, Any] | None = get_or_none(
-        what, lambda: one.decode(RawReads(client).get(resource, namespace=namespace, name=name)))
+    try:
+        obj: dict[str, Any] = call(what, lambda: one.decode(RawReads(client).get(resource, namespace=namespace,
+                                                                                  name=name)))
+    except KubeError as e:
+        if not e.not_found:
+            raise
+        if _names(e.__cause__, name):
+            return None
+        raise KubeError(f"{what} failed: HTTP 404 that does not name {name}: not the API server's word that it "
+                        "does not exist") from e.__cause__
     return obj
+
+
+def _names(cause: BaseException | None, name: str) -> bool:
+    """Whether a 404 is the API server's NotFound of the object called `name` (its Status names it)."""
+    status = getattr(cause, "status", None) if isinstance(cause, lightkube.ApiError) else None
+    details = getattr(status, "details", None)
+    return details is not None and details.name == name
 
 
 def decode(data: bytes | str, *, shape: Any = WHOLE) -> Any:
