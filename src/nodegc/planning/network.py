@@ -349,7 +349,7 @@ def _settling(ctx: Context, r: IPReservation) -> str | None:
     """The cache entry is written when ADD ends; until the kubelet would have given up on the ADD, a
     reservation without one may be a sandbox still being set up."""
     settle = max(ctx.policy.add_settle_seconds, ctx.policy.min_age_seconds)
-    if r.mtime < min(ctx.now, ctx.photo) - settle:
+    if ctx.clock.before(r.mtime, settle):
         return None
     return f"no cache entry yet and {ctx.now - r.mtime:.0f}s old: its CNI ADD may still run (kept {settle:.0f}s)"
 
