@@ -294,3 +294,28 @@ def test_a_running_orphan_is_not_stopped_without_a_proof(stops: list[str]) -> No
         report = orphan_engine(source, ledger).cycle()
         assert [b.split(":", 1)[0] for b in report.blocked] == ["view_not_current"]
         assert stops == []
+
+
+def test_every_field_of_a_pod_takes_part_in_the_equality_the_second_judgement_is_skipped_on() -> None:
+    """`same_judgement` compares the pods as values: a field left out of the equality (compare=False) would
+    let a photograph that differs in it pass for the same one."""
+    assert all(f.compare for f in dataclasses.fields(Pod))
+    for f in dataclasses.fields(Pod):
+        other = dataclasses.replace(DB, **{f.name: _another(getattr(DB, f.name))})
+        assert not cycle.same_judgement(first=desired_of(DB), proven=desired_of(other)), f.name
+
+
+def desired_of(*pods: Pod) -> DesiredState:
+    return DesiredState(node="n1", pods=pods, source="watch", fetched_at=NOW)
+
+
+def _another(value: Any) -> Any:
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, tuple):
+        return (*value, "10.9.9.9")
+    if value is None:
+        return "x"
+    if hasattr(value, "tzinfo"):
+        return value + timedelta(seconds=1)
+    return f"{value}-other"

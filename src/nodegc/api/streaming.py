@@ -96,19 +96,29 @@ class RawReads:
     def __init__(self, client: lightkube.Client) -> None:
         self._generic = check_lightkube(client)
 
-    def list_page(self, resource: type[Any], *, namespace: str | None, params: dict[str, Any]) -> bytes:
+    def list_page(self, resource: type[Any], *, namespace: str | None, params: dict[str, Any]) -> bytearray:
         """One page of a list (`params`: limit, continue, fieldSelector...). Failures raise as lightkube's
         `list()` raises them (ApiError, httpx2 errors)."""
         basic: BasicRequest = self._generic.prepare_request(
             "list", res=resource, namespace=namespace, params={k: v for k, v in params.items() if v is not None})
         return self._body(basic)
 
-    def get(self, resource: type[Any], *, namespace: str | None, name: str) -> bytes:
+    def get(self, resource: type[Any], *, namespace: str | None, name: str) -> bytearray:
         """One object; failures (a 404 included) raise as lightkube's `get()` raises them."""
         basic: BasicRequest = self._generic.prepare_request("get", res=resource, name=name, namespace=namespace)
         return self._body(basic)
 
-    def _body(self, basic: BasicRequest) -> bytes:
-        response: httpx2.Response = self._generic.send(self._generic.build_adapter_request(basic))
-        self._generic.raise_for_status(response)
-        return response.content
+    def _body(self, basic: BasicRequest) -> bytearray:
+        """The body, read into one buffer as it arrives: httpx2's `read()` joins a list of its chunks, so a
+        page of a list would be held twice at its end."""
+        response: httpx2.Response = self._generic.send(self._generic.build_adapter_request(basic), stream=True)
+        try:
+            if not response.is_success:
+                response.read()  # the error carries the Status the server sent
+                self._generic.raise_for_status(response)
+            body = bytearray()
+            for chunk in response.iter_bytes():
+                body += chunk
+            return body
+        finally:
+            response.close()

@@ -263,8 +263,12 @@ class Engine:
         inventory = self._checked(inventory, desired, report)
         self._judged(inventory, findings, report)
         items = self.ledger.items(active_only=True)
-        self._persist(refused(items, findings, {k: identity_of(r) for k, r in resources(inventory).items()},
-                              now=now, blind=Blind(inventory.problems)), now)
+        transitions = refused(items, findings, {k: identity_of(r) for k, r in resources(inventory).items()},
+                              now=now, blind=Blind(inventory.problems))
+        self._persist(transitions, now)
+        restarted = sum(1 for t in transitions if not t.phase_changed)
+        if restarted:
+            log.info("view not proven current: scans in a row start again", items=restarted)
         self._observe_runtime(inventory, findings, desired, now, report)
         self._report_items()
 
