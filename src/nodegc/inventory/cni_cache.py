@@ -177,12 +177,17 @@ def parse_cache_entry(path: str, content: bytes, *, inode: int, mtime: float,
         pod_namespace=pod.get("pod_namespace") or None,
         pod_name=pod.get("pod_name") or None,
         pod_uid=pod.get("pod_uid") or None,
-        infra_container_id=pod.get("infra_container_id") or None,
+        infra_container_id=_same(pod.get("infra_container_id") or None, container_id),
         ips=_result_ips(doc.get("result")),
         cni_args=args,
         config_json=None if config is None else share.text(config),
         capability_args_json=None if capabilities is None else share.text(capabilities),
     )
+
+
+def _same(value: str | None, other: str) -> str | None:
+    """`other` when equal to `value` (the sandbox's own id, named twice in an entry): one string kept."""
+    return other if value == other else value
 
 
 def _utf8(name: str) -> bool:
