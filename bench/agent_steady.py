@@ -243,6 +243,34 @@ def judging(self, inventory, findings, report):
         tracemalloc.take_snapshot().dump(os.path.join(out, 'judged.snapshot'))
     return judged(self, inventory, findings, report)
 agent._freeze_startup_objects, agent.Wakeups.wait, cycle.Engine._judged = frozen, waiting, judging
+stack, peaks = [], {}
+def peaked(name, fn):
+    # The peak of each part of a cycle above the memory it started from (nested parts are parts of their caller).
+    def run(*args, **kwargs):
+        if cycles[0] <= at:
+            return fn(*args, **kwargs)
+        start = tracemalloc.get_traced_memory()[0]
+        if stack:
+            stack[-1][1] = max(stack[-1][1], tracemalloc.get_traced_memory()[1])
+        stack.append([start, 0])
+        tracemalloc.reset_peak()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            begun, seen = stack.pop()
+            top = max(seen, tracemalloc.get_traced_memory()[1])
+            peaks.setdefault(name, []).append(top - begun)
+            if stack:
+                stack[-1][1] = max(stack[-1][1], top)
+            with open(os.path.join(out, 'peaks.json'), 'w') as f:
+                json.dump(peaks, f)
+    return run
+import nodegc.inventory.scanning as scanning
+for owner, name in ((cycle.Engine, '_fresh_desired'), (cycle.Engine, '_scan'), (cycle.Engine, '_mark'),
+                    (cycle.Engine, '_report_items'), (cycle.Engine, '_cycle'), (scanning, '_read_host'),
+                    (scanning, 'scan_node')):
+    setattr(owner, name, peaked(name, getattr(owner, name)))
+cycle.detect = peaked('detect', cycle.detect)
 runpy.run_module('nodegc', run_name='__main__')
 """
 """The agent under tracemalloc: a snapshot when start-up is done (after its gc.freeze), one between two
@@ -283,6 +311,8 @@ def read_trace(trace: Path, warmup: int, *, top: int) -> dict[str, Any]:
         "modules_loaded_by_cycles": sorted(set(cycles[-1]["modules"]) - set(startup["modules"])),
         "kept_sites_mb": {k: round(v / mb, 3) for k, v in sorted(kept_sites.items(), key=lambda kv: -kv[1])[:top]},
         "cycle_sites_mb": {k: round(v / mb, 3) for k, v in sorted(cycle_sites.items(), key=lambda kv: -kv[1])[:top]},
+        "cycle_part_peaks_mb": {k: round(statistics.median(v) / mb, 2)
+                                for k, v in json.loads((trace / "peaks.json").read_text()).items()},
         "startup_module_names": startup["modules"],
     }
 

@@ -32,7 +32,7 @@ from nodegc.inventory.scanning import scan_node
 from nodegc.ledger.store import Ledger, LedgerError
 from nodegc.model.findings import Finding, FindingClass
 from nodegc.model.ipranges import RangeStatus
-from nodegc.model.items import Item, Phase
+from nodegc.model.items import Item, Phase, item_key
 from nodegc.model.pods import DesiredState, OwnerState, Pod
 from nodegc.model.resources import Inventory, Kind, ReadProblem
 from nodegc.model.runtime import RuntimeSandbox
@@ -266,8 +266,11 @@ class Engine:
         """Every finding updates its ledger item: first seen, scans in a row, marked after K scans and grace."""
         blind = Blind(inventory.problems)
         items = self.ledger.items(active_only=True)
-        self._persist(reconcile(items, findings, {k: identity_of(r) for k, r in resources(inventory).items()},
-                                now=now, policy=self.settings.phases, blind=blind), now)
+        # Only a residue finding's item takes its resource's identity: on a node of live pods, none is made.
+        current = resources(inventory)
+        idents = {key: identity_of(current[key]) for f in findings
+                  if f.cls.is_residue and (key := item_key(f.kind, f.id)) in current}
+        self._persist(reconcile(items, findings, idents, now=now, policy=self.settings.phases, blind=blind), now)
 
     # -- detect ----------------------------------------------------------------------------------
 
