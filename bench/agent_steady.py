@@ -221,8 +221,10 @@ tracemalloc.start(int(os.environ['NODEGC_TRACE_FRAMES']))
 import nodegc.agent as agent
 import nodegc.engine.cycle as cycle
 out, at = os.environ['NODEGC_TRACE_DIR'], int(os.environ['NODEGC_TRACE_AT'])
+high = [0]
 def note(when):
     current, peak = tracemalloc.get_traced_memory()
+    peak, high[0] = max(peak, high[0]), 0  # the parts below reset tracemalloc's peak
     with open(os.path.join(out, 'memory.jsonl'), 'a') as f:
         f.write(json.dumps({'at': when, 'current': current, 'peak': peak, 'modules': sorted(sys.modules)}) + '\\n')
     tracemalloc.reset_peak()
@@ -260,6 +262,7 @@ def peaked(name, fn):
             begun, seen = stack.pop()
             top = max(seen, tracemalloc.get_traced_memory()[1])
             peaks.setdefault(name, []).append(top - begun)
+            high[0] = max(high[0], top)
             if stack:
                 stack[-1][1] = max(stack[-1][1], top)
             with open(os.path.join(out, 'peaks.json'), 'w') as f:

@@ -267,9 +267,9 @@ class Engine:
         blind = Blind(inventory.problems)
         items = self.ledger.items(active_only=True)
         # Only a residue finding's item takes its resource's identity: on a node of live pods, none is made.
-        current = resources(inventory)
-        idents = {key: identity_of(current[key]) for f in findings
-                  if f.cls.is_residue and (key := item_key(f.kind, f.id)) in current}
+        residue = [f for f in findings if f.cls.is_residue]
+        current = resources(inventory) if residue else {}
+        idents = {key: identity_of(current[key]) for f in residue if (key := item_key(f.kind, f.id)) in current}
         self._persist(reconcile(items, findings, idents, now=now, policy=self.settings.phases, blind=blind), now)
 
     # -- detect ----------------------------------------------------------------------------------
