@@ -7,8 +7,10 @@ process's start-up objects are frozen out of the cyclic collector (`gc.freeze`) 
   the addresses in the namespaces its residue would act in, and the correlation again), as the agent's
   cycle runs them scan after scan (what is provably unchanged is taken again: an unchanged nf_tables
   ruleset is not dumped again, unchanged files are not parsed again, unchanged pod directories are not
-  walked again); `cold_scan_seconds` forgets all of that before each scan
-  (`nodegc.inventory.scanning.forget_remembered`), as the first scan of a process;
+  walked again, and a correlation of the very same records and pods at a time that answers alike is
+  taken again: `correlations_taken_again` counts those); `cold_scan_seconds` forgets all of that before
+  each scan (`nodegc.inventory.scanning.forget_remembered`, `nodegc.engine.detecting.forget_correlations`),
+  as the first scan of a process;
   `scan_seconds_without_pod_dir_watch` is the steady scan without the watch (as `nodegc scan` would
   scan again and again);
 - `bare_reads_seconds`: in the same run, the reads a scan cannot avoid (mountinfo, the directory
@@ -51,7 +53,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from nodegc.desired.snapshot import SnapshotSource
-from nodegc.engine.detecting import detect, netns_to_read
+from nodegc.engine.detecting import REMEMBERED, detect, forget_correlations, netns_to_read
 from nodegc.hostio.iptables_backend import commands as iptables_commands
 from nodegc.hostio.mountinfo import read_mounts
 from nodegc.hostio.netlink import RtnlSocket
@@ -264,6 +266,7 @@ def measure(pods: int, repeat: int, runtime_sandboxes: int = 0, runtime_ready: i
 
         def cold_scan() -> None:
             forget_remembered()
+            forget_correlations()
             scan()
 
         unwatched = dataclasses.replace(AGENT_SCAN, watch_pod_dirs=False)
@@ -273,7 +276,9 @@ def measure(pods: int, repeat: int, runtime_sandboxes: int = 0, runtime_ready: i
         gc.freeze()  # as the agent does once started: what exists now lives on, the collector skips it
         cold_s = timed(cold_scan, repeat)
         scan()
+        taken_before = REMEMBERED.taken_again
         scan_s = timed(scan, repeat)
+        taken_again = REMEMBERED.taken_again - taken_before
         unwatched_s = timed(lambda: scan(unwatched), repeat)
         bare_s = timed(lambda: bare_reads(node), repeat)
         files_s = timed(lambda: bare_reads_with_files(node), repeat)
@@ -289,6 +294,7 @@ def measure(pods: int, repeat: int, runtime_sandboxes: int = 0, runtime_ready: i
             "pods": pods,
             "build_seconds": round(build_s, 2),
             "scan_seconds": round(scan_s, 4),
+            "correlations_taken_again": f"{taken_again} in {repeat} scans",
             "bare_reads_seconds": round(bare_s, 4),
             "scan_over_bare": round(scan_s / bare_s, 2),
             "cold_scan_seconds": round(cold_s, 4),

@@ -59,9 +59,11 @@ REASONS: dict[int, str] = {
 }
 
 
-def status_object(code: int, message: str, *, reason: str | None = None) -> JSON:
-    """A meta/v1 Status, the body the API server sends with every error."""
-    return {
+def status_object(code: int, message: str, *, reason: str | None = None,
+                  details: JSON | None = None) -> JSON:
+    """A meta/v1 Status, the body the API server sends with every error (`details`: the object it is about,
+    as the API server names a NotFound's)."""
+    status: JSON = {
         "kind": "Status",
         "apiVersion": "v1",
         "metadata": {},
@@ -70,16 +72,20 @@ def status_object(code: int, message: str, *, reason: str | None = None) -> JSON
         "reason": reason or REASONS.get(code, "Unknown"),
         "code": code,
     }
+    if details is not None:
+        status["details"] = details
+    return status
 
 
 class ApiFailure(Exception):
     """Raised by handlers; becomes a Status response with this code."""
 
-    def __init__(self, code: int, message: str, *, reason: str | None = None) -> None:
+    def __init__(self, code: int, message: str, *, reason: str | None = None, details: JSON | None = None) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
         self.reason = reason
+        self.details = details
 
 
 @dataclass(frozen=True)
@@ -504,7 +510,7 @@ class Store:
     def _current(self, rt: ResourceType, namespace: str, name: str) -> JSON:
         old = self._objects[rt.key].get((namespace, name))
         if old is None:
-            raise ApiFailure(404, f'{rt.plural} "{name}" not found')
+            raise ApiFailure(404, f'{rt.plural} "{name}" not found', details={"name": name, "kind": rt.plural})
         return old
 
     def _commit(self, rt: ResourceType, stored: JSON, old: JSON | None) -> JSON:
@@ -911,7 +917,8 @@ class ResourceAPI:
             self.api._kubelet_renews(req.params["name"])
         obj = self.store.get(self.rt, req.params["namespace"], req.params["name"])
         if obj is None:
-            raise ApiFailure(404, f'{self.rt.plural} "{req.params["name"]}" not found')
+            raise ApiFailure(404, f'{self.rt.plural} "{req.params["name"]}" not found',
+                             details={"name": req.params["name"], "kind": self.rt.plural})
         return Reply(200, obj)
 
     def create(self, req: Request) -> Reply:
@@ -945,7 +952,8 @@ class ResourceAPI:
     def delete(self, req: Request) -> Reply:
         removed = self.store.delete(req.params["namespace"], req.params["name"], self.rt)
         if removed is None:
-            raise ApiFailure(404, f'{self.rt.plural} "{req.params["name"]}" not found')
+            raise ApiFailure(404, f'{self.rt.plural} "{req.params["name"]}" not found',
+                             details={"name": req.params["name"], "kind": self.rt.plural})
         return Reply(200, removed)
 
     @staticmethod
@@ -1386,7 +1394,7 @@ class FakeKubeAPI:
                 raise ApiFailure(400, body_error)
             result = self.router.dispatch(Request(method, parts.path, {}, query, headers, body))
         except ApiFailure as e:
-            result = Reply(e.code, status_object(e.code, e.message, reason=e.reason))
+            result = Reply(e.code, status_object(e.code, e.message, reason=e.reason, details=e.details))
         return self._count(result, parts.path) if isinstance(result, Reply) else result
 
     def _count(self, reply: Reply, path: str) -> Reply:

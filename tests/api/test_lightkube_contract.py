@@ -21,7 +21,7 @@ from lightkube.resources.core_v1 import Pod
 from nodegc.api import streaming
 from nodegc.api.client import make_client
 from nodegc.api.errors import KubeError
-from nodegc.api.streaming import SUPPORTED, WatchRequests, check_lightkube, lightkube_version
+from nodegc.api.streaming import SUPPORTED, RawReads, WatchRequests, check_lightkube, lightkube_version
 from nodegc.kube.endpointslices import RawEndpointSlice
 from tests.api.fakeapi import FakeKubeAPI
 
@@ -108,7 +108,7 @@ def test_namespaced_generic_resources_watch_too(api: FakeKubeAPI, client: lightk
 
 
 def test_a_client_without_the_parts_is_refused_clearly() -> None:
-    with pytest.raises(KubeError, match="lacks what raw watch requests need: prepare_request"):
+    with pytest.raises(KubeError, match="lacks what raw requests need: prepare_request"):
         check_lightkube(object())  # type: ignore[arg-type]
 
 
@@ -124,3 +124,29 @@ def test_a_lightkube_outside_the_range_is_refused(
     monkeypatch.setattr(streaming, "lightkube_version", lambda: _parsed(version))
     with pytest.raises(KubeError, match="lightkube"):
         WatchRequests(client)
+
+
+def test_a_raw_list_page_is_the_request_lightkube_would_send(api: FakeKubeAPI, client: lightkube.Client) -> None:
+    """`api.reads` lists through `RawReads`: the same URL, query and credentials as lightkube's own `list()`,
+    the body left undecoded."""
+    api.add_pod({**pod("a"), "spec": {"nodeName": "node-a", "containers": [{"name": "app"}]}})  # lightkube's models
+    # want containers
+    list(client.list(Pod, namespace=lightkube.ALL_NS, chunk_size=7, fields={"spec.nodeName": "node-a"}))
+    body = RawReads(client).list_page(Pod, namespace=lightkube.ALL_NS,
+                                      params={"limit": 7, "fieldSelector": "spec.nodeName=node-a", "absent": None})
+    assert [o["metadata"]["name"] for o in json.loads(body)["items"]] == ["a"]
+    theirs, ours = api.recorded(path_prefix="/api/v1/pods")
+    assert (ours.method, ours.path, ours.query) == (theirs.method, theirs.path, theirs.query)
+    assert ours.headers["authorization"] == theirs.headers["authorization"] == f"Bearer {api.token}"
+
+
+def test_a_raw_get_fails_as_lightkubes_get_fails(api: FakeKubeAPI, client: lightkube.Client) -> None:
+    api.add_pod(pod("a"))
+    assert json.loads(RawReads(client).get(Pod, namespace="default", name="a"))["metadata"]["uid"] == "uid-a"
+    with pytest.raises(lightkube.ApiError) as theirs:
+        client.get(Pod, name="gone", namespace="default")
+    with pytest.raises(lightkube.ApiError) as ours:
+        RawReads(client).get(Pod, namespace="default", name="gone")
+    assert ours.value.status.code == theirs.value.status.code == 404
+    first, second = api.recorded(path_prefix="/api/v1/namespaces/default/pods/gone")
+    assert (first.method, first.path, first.query) == (second.method, second.path, second.query)

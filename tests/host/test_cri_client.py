@@ -1,9 +1,13 @@
 """The CRI client (unary gRPC over HTTP/2 with h2) against a real containerd: replies and requests beyond
 the 64 KiB flow-control windows, one connection for a scan's calls, the size cap, the statuses containerd
-sends (NOT_FOUND, UNIMPLEMENTED) and a reconnect after a restart. The bad peers are in
+sends (NOT_FOUND, UNIMPLEMENTED), a reconnect after a restart, and a restart that closes the connection
+after the client's idle check (the unsent request goes again on a new connection). The bad peers are in
 tests/unit/test_cri_client.py."""
 
 from __future__ import annotations
+
+import socket
+from typing import Any
 
 import pytest
 
@@ -82,3 +86,32 @@ def test_a_restarted_runtime_is_reached_again_by_the_same_client(containerd_node
         assert caught.value.code == "UNAVAILABLE"
         rt.start()
         assert client.version().runtime_name == "containerd" and client.connections == 2
+
+
+class _RestartAfterIdleCheck(RuntimeClient):
+    """Restarts the runtime right after the idle check found the connection open: the race of a runtime
+    that closes (dies, restarts, or closes an idle connection) between that check and the request."""
+
+    def __init__(self, rt: SandboxContainerd, **kwargs: Any) -> None:
+        super().__init__(rt.endpoint, **kwargs)
+        self.rt = rt
+        self.armed = False
+
+    def _stale(self, sock: socket.socket, conn: Any, deadline: float) -> bool:
+        stale = super()._stale(sock, conn, deadline)
+        if self.armed and not stale:
+            self.armed = False
+            self.rt.kill()
+            self.rt.start()
+        return stale
+
+
+def test_a_restart_after_the_idle_check_sends_the_unsent_request_on_a_new_connection(
+        containerd_node: Runtime) -> None:
+    _, rt = containerd_node
+    client = _RestartAfterIdleCheck(rt, timeout=60.0)
+    with client:
+        assert client.version().runtime_name == "containerd"
+        client.armed = True
+        assert client.version().runtime_name == "containerd"
+        assert not client.armed and client.connections == 2

@@ -447,42 +447,61 @@ def _address(seq: int, index: int, ip: bytes) -> bytes:
                   flags=2)
 
 
-def test_netlink_addresses_off_link_in_one_round_trip(fake: tuple[nl.RtnlSocket, socket.socket]) -> None:
+def _loopback(seq: int, index: int = 1, name: bytes = b"lo", flags: int = nl.IFF_LOOPBACK | 0x1) -> bytes:
+    attrs = _attr(nl.IFLA_IFNAME, name + b"\0")
+    return _nlmsg(nl.RTM_NEWLINK, seq, struct.pack("=BxHiII", 0, 772, index, flags, 0) + attrs, flags=2)
+
+
+def test_netlink_addresses_off_loopback_in_one_round_trip(fake: tuple[nl.RtnlSocket, socket.socket]) -> None:
     rtnl, kernel = fake
-    # the dump may come before the lookup's answer; the link's own addresses are left out
+    # the dump may come before the lookup's answer; the loopback's own addresses are left out
     kernel.send(_address(2, 1, bytes([10, 0, 0, 1])) + _address(2, 2, bytes([10, 0, 0, 2])))
-    kernel.send(_nlmsg(nl.NLMSG_DONE, 2, struct.pack("=i", 0)) + _link(1, 1, b"lo"))
-    assert rtnl.addresses_off_link("lo") == [(2, "10.0.0.2")]
-    requests = kernel.recv(4096)  # one send: the lookup by name, then the dump
+    kernel.send(_nlmsg(nl.NLMSG_DONE, 2, struct.pack("=i", 0)) + _loopback(1))
+    assert rtnl.addresses_off_loopback() == [(2, "10.0.0.2")]
+    requests = kernel.recv(4096)  # one send: the lookup of link 1 (no name), then the dump
     first = struct.unpack_from("=IHHI", requests, 0)
     assert (first[1], first[2]) == (nl.RTM_GETLINK, nl.NLM_F_REQUEST)
-    assert b"lo\0" in requests[: first[0]]
+    assert struct.unpack_from("=i", requests, 16 + 4)[0] == 1 and b"lo\0" not in requests[: first[0]]
     assert struct.unpack_from("=HH", requests, first[0] + 4) == (nl.RTM_GETADDR, nl.NLM_F_REQUEST | nl.NLM_F_DUMP)
+    # whatever the loopback is called
+    kernel.send(_loopback(3, name=b"eth0") + _address(4, 1, bytes([10, 0, 0, 1])) + _nlmsg(nl.NLMSG_DONE, 4, bytes(4)))
+    assert rtnl.addresses_off_loopback() == []
     # no such link: nothing is left out
-    kernel.send(_status(3, -errno.ENODEV) + _address(4, 1, bytes([10, 0, 0, 1])) + _nlmsg(nl.NLMSG_DONE, 4, bytes(4)))
-    assert rtnl.addresses_off_link("lo") == [(1, "10.0.0.1")]
-    # any other refusal, or an answer about another link, fails the read
-    kernel.send(_status(5, -errno.EPERM) + _nlmsg(nl.NLMSG_DONE, 6, bytes(4)))
+    kernel.send(_status(5, -errno.ENODEV) + _address(6, 1, bytes([10, 0, 0, 1])) + _nlmsg(nl.NLMSG_DONE, 6, bytes(4)))
+    assert rtnl.addresses_off_loopback() == [(1, "10.0.0.1")]
+    # any other refusal, or an answer about another link or one that is not a loopback, fails the read
+    kernel.send(_status(7, -errno.EPERM) + _nlmsg(nl.NLMSG_DONE, 8, bytes(4)))
     with pytest.raises(nl.NetlinkError, match="EPERM"):
-        rtnl.addresses_off_link("lo")
-    kernel.send(_link(7, 1, b"eth0") + _nlmsg(nl.NLMSG_DONE, 8, bytes(4)))
-    with pytest.raises(nl.NetlinkError, match="eth0"):
-        rtnl.addresses_off_link("lo")
-    kernel.send(_link(9, 1, b"lo"))  # the dump never ends
+        rtnl.addresses_off_loopback()
+    kernel.send(_loopback(9, index=2) + _nlmsg(nl.NLMSG_DONE, 10, bytes(4)))
+    with pytest.raises(nl.NetlinkError, match="link 2"):
+        rtnl.addresses_off_loopback()
+    kernel.send(_link(11, 1, b"lo") + _nlmsg(nl.NLMSG_DONE, 12, bytes(4)))  # index 1, no IFF_LOOPBACK
+    with pytest.raises(nl.NetlinkError, match="not the loopback"):
+        rtnl.addresses_off_loopback()
+    kernel.send(_loopback(13))  # the dump never ends
     with pytest.raises(nl.NetlinkError, match="in time"):
-        rtnl.addresses_off_link("lo")
+        rtnl.addresses_off_loopback()
 
 
 def test_read_netns_addresses_with_the_loopback_renamed(node: Node) -> None:
-    """Only the link called lo is left out (as before): a renamed loopback's own addresses are reported."""
+    """The loopback is left out whatever its name (ifindex 1, IFF_LOOPBACK): a renamed loopback's addresses
+    are not the pod's, and a link renamed lo, or given the alternative name lo, is read like any other."""
     ns = node.root / "renamed-lo"
     _make_netns(ns)
     try:
         _run("nsenter", f"--net={ns}", "ip", "link", "set", "lo", "name", "lo2")
         _run("nsenter", f"--net={ns}", "ip", "link", "set", "lo2", "up")
         _run("nsenter", f"--net={ns}", "ip", "addr", "add", "10.77.3.5/32", "dev", "lo2")
-        assert read_netns_addresses(ns) == ("10.77.3.5",)
-        assert read_netns_addresses_many([ns, node.pod_a]) == [("10.77.3.5",), ("10.77.0.5",)]
+        assert read_netns_addresses(ns) == ()
+        _run("nsenter", f"--net={ns}", "ip", "link", "add", "eth0", "type", "veth", "peer", "name", "p0")
+        _run("nsenter", f"--net={ns}", "ip", "addr", "add", "10.77.3.6/24", "dev", "eth0")
+        _run("nsenter", f"--net={ns}", "ip", "link", "property", "add", "dev", "eth0", "altname", "lo")
+        assert read_netns_addresses(ns) == ("10.77.3.6",)
+        _run("nsenter", f"--net={ns}", "ip", "link", "property", "del", "dev", "eth0", "altname", "lo")
+        _run("nsenter", f"--net={ns}", "ip", "link", "set", "eth0", "name", "lo")
+        assert read_netns_addresses(ns) == ("10.77.3.6",)
+        assert read_netns_addresses_many([ns, node.pod_a]) == [("10.77.3.6",), ("10.77.0.5",)]
     finally:
         subprocess.run(["umount", str(ns)], capture_output=True, timeout=30, check=False)
 

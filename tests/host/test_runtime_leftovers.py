@@ -390,3 +390,80 @@ def test_reclaims_from_a_host_to_container_view_reach_the_node(containerd_node: 
 
 def _run_checked(argv: list[str]) -> None:
     subprocess.run(argv, capture_output=True, timeout=30, check=True)
+
+
+def _container_pids(rt: SandboxContainerd, *cids: str) -> dict[str, int]:
+    return {cid: int((rt.state / TASKS / cid / "init.pid").read_text()) for cid in cids}
+
+
+def test_stopping_a_shim_its_daemon_does_not_know_stops_its_containers(containerd_node: Runtime) -> None:
+    """What a real containerd leaves: a shim its daemon loaded at start-up (its task bundle was there) is
+    cleaned up after by the daemon when it exits (`... delete`: runc delete --force, the bundle removed).
+    A shim the daemon does not know (its bundles were not there when it started) leaves its containers
+    running, reparented, in their cgroups, the rootfs mounted. nodegc pins the shim's children (the
+    containers' init processes, each in its container's cgroup, an id the runtime does not list) before it
+    signals the shim, and kills them after; another sandbox's containers and shim are untouched."""
+    _, rt = containerd_node
+    lost = new_spec("lost")
+    lost_sid = rt.run_sandbox(lost)
+    lost_cid = rt.run_container(lost_sid, lost)
+    rt.kill()
+    shutil.rmtree(rt.root / "io.containerd.metadata.v1.bolt", ignore_errors=True)
+    moves = _hold_aside(rt, rt.state.parent / "held-lost", lost_sid, lost_cid)
+    rt.start()  # the daemon does not load the shim: its bundles are not there
+    for src, dst in moves:
+        dst.rename(src)
+    live = new_spec("live")
+    live_sid = rt.run_sandbox(live)
+    live_cid = rt.run_container(live_sid, live)
+    shims = _shims_of(rt)
+    lost_pids = _container_pids(rt, lost_sid, lost_cid)
+    live_pids = _container_pids(rt, live_sid, live_cid)
+    assert all(_alive(p) for p in (*lost_pids.values(), *live_pids.values()))
+    pid = shims[lost_sid]
+    shim = RuntimeLeftover("shim", lost_sid, f"/proc/{pid}", pid=pid, start_time=start_ticks(Path("/proc"), pid),
+                           address=str(rt.socket))
+    out = stop_shim(shim, endpoint=rt.endpoint, timeout=5.0)
+    assert out.ok and "killed its 2 container process(es)" in out.detail, out
+    deadline = time.monotonic() + 10
+    while any(_alive(p) for p in (pid, *lost_pids.values())) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(_alive(p) for p in (pid, *lost_pids.values()))
+    assert all(_alive(p) for p in (shims[live_sid], *live_pids.values()))
+    assert _status(rt, live_sid) is not None
+
+
+def test_a_shim_whose_child_is_in_no_containers_cgroup_is_not_signalled(containerd_node: Runtime) -> None:
+    """A process that looks like an orphan shim of this runtime (its command line, its socket) but whose
+    child is no container's (no container id in its cgroups): nothing is signalled, neither is stopped."""
+    _, rt = containerd_node
+    fake_id = "d" * 64
+    shim = subprocess.Popen(["containerd-shim-runc-v2", "-c", "sleep 600 & wait", "-namespace", "k8s.io", "-id",
+                             fake_id, "-address", str(rt.socket)], executable="/bin/bash")
+    try:
+        deadline = time.monotonic() + 5
+        children: list[int] = []
+        while not children and time.monotonic() < deadline:
+            children = [int(e.name) for e in Path("/proc").iterdir() if e.name.isdigit()
+                        and _ppid_of(int(e.name)) == shim.pid]
+            time.sleep(0.05)
+        assert children
+        left = RuntimeLeftover("shim", fake_id, f"/proc/{shim.pid}", pid=shim.pid,
+                               start_time=start_ticks(Path("/proc"), shim.pid), address=str(rt.socket))
+        out = stop_shim(left, endpoint=rt.endpoint, timeout=5.0, term_wait=1.0)
+        assert not out.ok and "in no container's cgroup" in out.detail, out
+        assert shim.poll() is None and all(_alive(c) for c in children)
+    finally:
+        shim.kill()
+        shim.wait()
+        for c in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(c, signal.SIGKILL)
+
+
+def _ppid_of(pid: int) -> int | None:
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return None
+    return int(raw[raw.rindex(b")") + 2:].split()[1])

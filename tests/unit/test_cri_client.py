@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import socket
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import h2.config
@@ -353,9 +354,10 @@ def test_no_socket_and_a_refusing_socket_are_unavailable(sock_path: Path) -> Non
 
 
 
-def test_an_answer_before_the_whole_request_was_sent_ends_the_call(sock_path: Path) -> None:
-    """A runtime may answer (here NOT_FOUND) while the request is still held back by its window: the call
-    ends with that answer and the rest of the request is cancelled, not waited for until the deadline."""
+def _early_peer(answer: str) -> Callable[[socket.socket], None]:
+    """A runtime whose stream window (10 bytes) holds a status request back, and that answers from the
+    request's headers alone: a trailers-only NOT_FOUND, a whole OK reply, or an OK message whose trailers
+    only come once the window was opened and the whole request received."""
     def early(sock: socket.socket) -> None:
         conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False))
         conn.local_settings = h2.settings.Settings(client=False, initial_values={
@@ -363,17 +365,115 @@ def test_an_answer_before_the_whole_request_was_sent_ends_the_call(sock_path: Pa
         conn.initiate_connection()
         sock.sendall(conn.data_to_send())
         sock.settimeout(2)
+        ok = message("PodSandboxStatusResponse", info={"early": "yes"}).SerializeToString()
+        headers = [(":status", "200"), ("content-type", "application/grpc")]
         while True:
             chunk = sock.recv(65536)
             if not chunk:
                 return
             for event in conn.receive_data(chunk):
                 if isinstance(event, h2.events.RequestReceived):
-                    conn.send_headers(event.stream_id, [(":status", "200"), ("content-type", "application/grpc"),
-                                                        ("grpc-status", "5")], end_stream=True)
+                    sid = event.stream_id
+                    if answer == "not_found":
+                        conn.send_headers(sid, [*headers, ("grpc-status", "5")], end_stream=True)
+                    else:
+                        conn.send_headers(sid, headers)
+                        conn.send_data(sid, b"\x00" + len(ok).to_bytes(4, "big") + ok)
+                        if answer == "ok":
+                            conn.send_headers(sid, [("grpc-status", "0")], end_stream=True)
+                        else:  # the message now, the rest once the request is whole
+                            sock.sendall(conn.data_to_send())
+                            time.sleep(0.2)
+                            conn.increment_flow_control_window(1 << 20, stream_id=sid)
+                elif isinstance(event, h2.events.DataReceived):
+                    conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+                elif isinstance(event, h2.events.StreamEnded) and answer == "message":
+                    conn.send_headers(event.stream_id, [("grpc-status", "0")], end_stream=True)
             sock.sendall(conn.data_to_send())
 
-    with FakeRuntime(sock_path, raw=early) as rt, RuntimeClient(rt.endpoint, timeout=5.0) as client:
+    return early
+
+
+@pytest.mark.parametrize("answer", ["not_found", "ok", "message"])
+def test_an_answer_before_the_whole_request_was_received_is_no_answer(sock_path: Path, answer: str) -> None:
+    """HTTP/2 lets a server answer before the request ends, but a unary answer rests on the whole request:
+    a NOT_FOUND (or an OK status) given while the request is still held back by the runtime's window is
+    not the runtime's word on that sandbox. The call fails at once and the connection is dropped."""
+    with FakeRuntime(sock_path, raw=_early_peer(answer)) as rt, RuntimeClient(rt.endpoint, timeout=5.0) as client:
         start = time.monotonic()
-        assert client.sandbox_status("x" * 1000) is None
+        with pytest.raises(RuntimeCallError) as caught:
+            client.sandbox_status("x" * 1000)
         assert time.monotonic() - start < 4.0
+        assert caught.value.code == "INTERNAL" and "before it received the whole request" in str(caught.value)
+        with pytest.raises(RuntimeCallError):
+            client.sandbox_status("y" * 1000)
+        assert rt.accepted == 2 and client.connections == 2
+
+
+def test_a_reply_after_the_whole_request_beyond_the_window_is_the_answer(sock_path: Path) -> None:
+    """The same small window, answered after the request ended: the answer stands."""
+    def status(peer: Peer, request: Request) -> None:
+        peer.reply(request.stream_id, message("PodSandboxStatusResponse", info={"size": str(len(request.body))}))
+
+    with FakeRuntime(sock_path, status, window=10) as rt, RuntimeClient(rt.endpoint, timeout=5.0) as client:
+        reply = client.sandbox_status("x" * 1000)
+        assert reply is not None and int(reply.info["size"]) > 1000 and rt.accepted == 1
+
+
+# --- a connection the runtime closed while idle ----------------------------------------------------
+
+
+def test_a_connection_closed_after_the_idle_check_sends_the_unsent_request_once_more(sock_path: Path) -> None:
+    """The runtime closes the connection between the idle check and the request (here it shuts its side for
+    reading: the client's poll sees nothing pending, and its first send fails with EPIPE before the kernel
+    took a byte). The runtime cannot have seen the request: it goes once more on a new connection."""
+    peers: list[Peer] = []
+
+    def remember(peer: Peer, request: Request) -> None:
+        peers.append(peer)
+        version_reply(peer, request)
+
+    with FakeRuntime(sock_path, remember) as rt, RuntimeClient(rt.endpoint, timeout=TIMEOUT) as client:
+        client.version()
+        peers[-1].sock.shutdown(socket.SHUT_RD)
+        time.sleep(0.05)
+        assert client.version().runtime_name == "fake"
+        assert rt.accepted == 2 and client.connections == 2 and len(rt.requests) == 2
+
+
+def test_a_request_the_runtime_may_have_seen_is_never_sent_again(sock_path: Path) -> None:
+    """Closed once the request was taken (read whole, then the connection shut): UNAVAILABLE, one request."""
+    def close(peer: Peer, request: Request) -> None:
+        peer.sock.shutdown(socket.SHUT_RDWR)
+
+    with FakeRuntime(sock_path, close) as rt, RuntimeClient(rt.endpoint, timeout=TIMEOUT) as client:
+        _fails(client, RuntimeUnavailable, "UNAVAILABLE")
+        time.sleep(0.05)
+        assert len(rt.requests) == 1 and rt.accepted == 1
+        _fails(client, RuntimeUnavailable, "UNAVAILABLE")  # a new connection (nothing reused), no resend
+        assert len(rt.requests) == 2 and rt.accepted == 2
+
+
+def test_a_request_a_new_connection_cannot_carry_fails_without_a_second_try(sock_path: Path) -> None:
+    """A connection this call opened gives no reason to try again: a runtime that takes the preface and
+    then shuts its side for reading fails the call as unavailable, one connection later."""
+    def shut_after_settings(sock: socket.socket) -> None:
+        conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False))
+        conn.initiate_connection()
+        sock.sendall(conn.data_to_send())
+        sock.settimeout(2)
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                return
+            events = conn.receive_data(chunk)
+            sock.sendall(conn.data_to_send())
+            if any(isinstance(e, h2.events.SettingsAcknowledged) for e in events):
+                sock.shutdown(socket.SHUT_RD)
+                time.sleep(3)
+                return
+
+    with FakeRuntime(sock_path, raw=shut_after_settings) as rt, RuntimeClient(rt.endpoint, timeout=1.0) as client:
+        with pytest.raises(RuntimeUnavailable):  # EPIPE, or the deadline when the request went out first
+            client.version()
+        assert rt.accepted == 1 and client.connections <= 1

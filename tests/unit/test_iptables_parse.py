@@ -382,3 +382,39 @@ def test_a_parse_keeps_one_object_per_chain_name_and_owner() -> None:
         assert all(len(ids) == 1 for ids in by_cid.values())
         assert len({id(c.network) for c in owned}) == len({c.network for c in owned})
     assert parse_iptables_save(text, memo=memo) == parse_iptables_save(text)
+
+
+def test_rule_memo_keeps_one_dumps_lines_whatever_parses_overlap() -> None:
+    """Two parses at once on one memo (two threads) and a clear() in the middle of one: the memo ends up
+    holding the lines of one whole dump (the last one to finish), or nothing after a clear, never a
+    mixture of both dumps or a part of one."""
+    import sys
+    import threading
+
+    from nodegc.hostio.iptables import RuleMemo
+
+    def dump(tag: str, n: int) -> tuple[str, set[str]]:
+        rules = [f"-A CNI-{tag}{i:020d} -d 10.{i % 250}.0.0/16 {_comment(CID1)} -j ACCEPT" for i in range(n)]
+        decls = [f":CNI-{tag}{i:020d} - [0:0]" for i in range(n)]
+        return "\n".join(["*nat", *decls, *rules, "COMMIT"]), set(rules)
+
+    a, a_rules = dump("a", 3000)
+    b, b_rules = dump("b", 3000)
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for _ in range(5):
+            memo = RuleMemo()
+            threads = [threading.Thread(target=parse_iptables_save, args=(t,), kwargs={"memo": memo}) for t in (a, b)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert set(memo._known) in (a_rules, b_rules)
+            t = threading.Thread(target=parse_iptables_save, args=(a,), kwargs={"memo": memo})
+            t.start()
+            memo.clear()
+            t.join()
+            assert set(memo._known) in (set(), a_rules) and len(memo) in (0, len(a_rules))
+    finally:
+        sys.setswitchinterval(interval)

@@ -43,5 +43,28 @@ def test_mount_points_below_the_netns_dir_are_the_plain_loops(tmp_path: Path,
               for i, (parts, ns) in enumerate(points)]
     mounts += [Mount(mount_id=100, parent_id=1, device="0:4", root="/", mount_point=f"{real}/cni-2", options="rw",
                      fs_type=NSFS, source="nsfs")]
+    table = tuple(mounts)  # a scan's table: the answer for the same object is remembered
     for netns_dir in (link, real, Path(f"{real}/"), tmp_path / "run" / ".." / "real" / "netns"):
         assert _mount_points(mounts, netns_dir) == _reference(mounts, netns_dir)
+        assert _mount_points(table, netns_dir) == _mount_points(table, netns_dir) == _reference(mounts, netns_dir)
+
+
+def test_a_remembered_answer_is_for_that_table_and_that_resolution_only(tmp_path: Path) -> None:
+    one, two = tmp_path / "one", tmp_path / "two"
+    one.mkdir()
+    two.mkdir()
+    link = tmp_path / "netns"
+    link.symlink_to(one)
+
+    def table(*points: Path) -> tuple[Mount, ...]:
+        return tuple(Mount(mount_id=i, parent_id=1, device="0:4", root="/", mount_point=str(p), options="rw",
+                           fs_type=NSFS, source="nsfs") for i, p in enumerate(points))
+
+    first = table(one / "a", two / "b")
+    assert _mount_points(first, link) == (frozenset({f"{link}/a"}), frozenset())
+    # another table (the mount table changed) is answered afresh
+    second = table(one / "a", two / "b", one / "c")
+    assert _mount_points(second, link) == (frozenset({f"{link}/a", f"{link}/c"}), frozenset())
+    link.unlink()
+    link.symlink_to(two)  # the same table, the directory resolved elsewhere now
+    assert _mount_points(second, link) == (frozenset({f"{link}/b"}), frozenset())

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -163,3 +165,26 @@ def test_a_leftover_of_an_id_the_runtime_lists_is_never_residue(what: str, lid: 
     out = run(left, stop_shims=True, containers=containers)
     if left.id in known or (what == "task_dir" and sandbox_id in known):
         assert left.path not in out or not out[left.path].cls.is_residue
+
+
+def test_the_container_a_process_cgroup_names(tmp_path: Path) -> None:
+    """A shim's child is a container's only when every cgroup hierarchy names one container id, as the runc
+    shim makes it (cgroupfs `.../<id>`, systemd `.../cri-containerd-<id>.scope`)."""
+    from nodegc.reclaim.runtime_leftovers import _container_of
+
+    cid, other = "a" * 64, "b" * 64
+    cases = {
+        f"0::/kubepods/besteffort/pod1/{cid}\n": cid,
+        f"12:memory:/kubepods/pod1/{cid}\n0::/kubepods/pod1/{cid}\n": cid,
+        f"0::/kubepods.slice/kubepods-pod1.slice/cri-containerd-{cid}.scope\n": cid,
+        f"12:memory:/kubepods/pod1/{cid}\n0::/kubepods/pod1/{other}\n": None,  # two ids: no one container
+        f"12:memory:/kubepods/pod1/{cid}\n0::/system.slice/containerd.service\n": None,
+        "0::/system.slice/containerd.service\n": None,
+        f"0::/kubepods/pod1/{cid[:-1]}\n": None,
+        "": None,
+    }
+    for i, (text, want) in enumerate(cases.items()):
+        (tmp_path / str(i)).mkdir()
+        (tmp_path / str(i) / "cgroup").write_text(text)
+        assert _container_of(tmp_path, i) == want, text
+    assert _container_of(tmp_path, 999) is None

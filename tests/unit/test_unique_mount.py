@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from nodegc.hostio.libc import unique_mount
+from nodegc.hostio.libc import unique_mount, unique_mounts
 
 
 def test_path_and_descriptor_name_the_same_mount_and_inode(tmp_path: Path) -> None:
@@ -35,3 +35,23 @@ def test_a_symlink_is_not_followed_and_a_missing_path_raises(tmp_path: Path) -> 
         assert stamp[0] == os.lstat(link).st_ino != os.stat(target).st_ino
     with pytest.raises(OSError):
         unique_mount(str(tmp_path / "absent"))
+
+
+def test_many_at_once_answer_as_one_at_a_time(tmp_path: Path) -> None:
+    """`unique_mounts` (the scan's batch) gives what `unique_mount` gives, path by path, errors included."""
+    (tmp_path / "f").write_bytes(b"x")
+    (tmp_path / "d").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "f")
+    names = ["f", "d", "link", "absent", "f", "caf\u00e9-\udcff"]
+    paths = [str(tmp_path / n) for n in names]
+    batch = unique_mounts(paths)
+    assert len(batch) == len(paths)
+    for path, got in zip(paths, batch, strict=True):
+        try:
+            one: object = unique_mount(path)
+        except OSError as e:
+            assert isinstance(got, OSError)
+            assert (got.errno, got.filename) == (e.errno, e.filename)
+        else:
+            assert got == one
+    assert isinstance(batch[3], OSError) and batch[3].filename == paths[3]

@@ -64,7 +64,8 @@ def call(what: str, fn: Callable[[], T], *, timeout: float | None = None) -> T:
         raise KubeError(f"{what} timed out{after} ({type(e).__name__})", timed_out=True) from e
     except httpx2.HTTPError as e:
         raise KubeError(f"{what} failed: {type(e).__name__}: {e}") from e
-    except (MsgspecError, ValueError, TypeError) as e:
+    except (MsgspecError, ValueError, TypeError, RecursionError) as e:
+        # RecursionError: an answer nested thousands deep, which the JSON decoder cannot follow.
         raise KubeError(f"{what}: malformed API response: {type(e).__name__}: {e}") from e
 
 

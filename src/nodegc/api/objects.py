@@ -1,7 +1,9 @@
 """The one parser of API objects: a Pod or an EndpointSlice as JSON into the model's dataclasses.
 
 Pure (no I/O): API objects, kubectl items and lightkube `to_dict()` output all come through here, so the
-API, a watch event and a snapshot file can never disagree on what an object means. It is strict on
+API, a watch event and a snapshot file can never disagree on what an object means. `POD_FIELDS` is the
+shape the API's pods are decoded into (`api.reads`, `api.reflector`): only the fields read here, each as
+the JSON holds it, so a pod costs what nodegc reads of it rather than the whole object. It is strict on
 identity: a pod without uid or name raises, because a desired state with a pod we cannot identify cannot
 prove that anything else is residue; a slice we cannot read exactly raises, because removing endpoints
 from a list we misread could drop a live one.
@@ -11,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypedDict
 
 from nodegc.model.addresses import normalized_ip
 from nodegc.model.endpoints import MANAGED_BY_LABEL, SERVICE_NAME_LABEL, Endpoint, Slice, TargetRef
@@ -23,6 +25,46 @@ HASH_ANNOTATION = "kubernetes.io/config.hash"
 
 
 # ------------------------------------------------------------------------------------------- pods
+
+_NotAnObject = str | int | float | bool | list[Any] | None
+"""What a section may hold instead of an object: decoded as it is, so that `pod_from_object` refuses it
+with its own words; the shape selects fields and never validates one."""
+
+_PodAnnotations = TypedDict(
+    "_PodAnnotations", {"kubernetes.io/config.mirror": Any, "kubernetes.io/config.hash": Any}, total=False)
+
+
+class _PodMetadata(TypedDict, total=False):
+    uid: Any
+    name: Any
+    namespace: Any
+    resourceVersion: Any
+    creationTimestamp: Any
+    annotations: _PodAnnotations | _NotAnObject
+
+
+class _PodSpec(TypedDict, total=False):
+    nodeName: Any
+    hostNetwork: Any
+
+
+class _PodStatus(TypedDict, total=False):
+    phase: Any
+    podIP: Any
+    podIPs: Any
+
+
+class _PodFields(TypedDict, total=False):
+    metadata: _PodMetadata | _NotAnObject
+    spec: _PodSpec | _NotAnObject
+    status: _PodStatus | _NotAnObject
+
+
+POD_FIELDS: Any = _PodFields
+"""The decoding shape (msgspec) of a pod from the API: every field `pod_from_object` and the API layer read
+(identity, annotations of static pods, node, phase, IPs, creation time, resourceVersion) and nothing else;
+an object at the top (a list item or a GET that is not one is a malformed answer).
+Keep it in step with `pod_from_object` (tests/unit/test_pod_fields.py decodes pods both ways)."""
 
 
 def pod_from_object(obj: Mapping[str, Any]) -> Pod:

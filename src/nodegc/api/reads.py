@@ -3,19 +3,59 @@
 One home for both, so the one-shot list (`desired.kube`), the watch caches (`api.reflector`) and the
 controller's EndpointSlice sweeper (`kube.endpointslices`, when it lists instead of using its caches) page
 the same way and turn objects into the same plain JSON.
+
+The requests are lightkube's (`api.streaming.RawReads`: its client, URLs, auth and errors); the bodies are
+decoded here, straight from the bytes into `shape` (msgspec): for pods `api.objects.POD_FIELDS`, only
+the fields nodegc reads, so a page of pods costs those fields rather than lightkube's typed model of every
+field and then a dict of each. The default shape is the whole object (an EndpointSlice is patched back
+with fields no model here knows).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Generic, TypedDict, TypeVar
 
 import lightkube
+import msgspec
+from lightkube.core.selector import build_selector
 
-from nodegc.api.errors import KubeError, call, get_or_none
+from nodegc.api.errors import KubeError, call
+from nodegc.api.streaming import RawReads
 
 CHUNK_SIZE = 500
 """Objects per page of a list (`limit`); the continue token keeps every page at the first one's version."""
+
+WHOLE: Any = dict[str, Any]
+"""The shape of an object kept whole (every field, as the API sent it). Every shape is an object at the
+top (a list item or a GET that is not one is a malformed answer, as it was to lightkube)."""
+
+_ListMeta = TypedDict("_ListMeta", {"resourceVersion": str | None, "continue": str | None,
+                                   "remainingItemCount": int | None}, total=False)
+"""A list's metadata, checked as lightkube checks it (strings or null; the count of objects still to come an
+integer or null)."""
+
+T = TypeVar("T")
+
+
+class _Page(msgspec.Struct, Generic[T]):
+    """A page of a list: `items` required (as lightkube requires it), its metadata optional; anything else
+    (not an object, items not a list of objects) is a malformed answer."""
+
+    items: list[T]
+    metadata: _ListMeta | None = None
+
+
+_decoders: dict[Any, tuple[msgspec.json.Decoder[_Page[Any]], msgspec.json.Decoder[Any]]] = {}
+
+
+def _decoders_of(shape: Any) -> tuple[msgspec.json.Decoder[_Page[Any]], msgspec.json.Decoder[Any]]:
+    """(page decoder, object decoder) for `shape`, built once."""
+    found = _decoders.get(shape)
+    if found is None:
+        found = (msgspec.json.Decoder(_Page[shape]), msgspec.json.Decoder(shape))
+        _decoders[shape] = found
+    return found
 
 
 def list_all(
@@ -26,9 +66,10 @@ def list_all(
     fields: Mapping[str, str] | None = None,
     timeout: float | None = None,
     chunk_size: int = CHUNK_SIZE,
+    shape: Any = WHOLE,
 ) -> tuple[list[dict[str, Any]], str | None]:
     """Every object of `resource` in all namespaces (paged by `chunk_size`, filtered by `fields` on the
-    server), and the resourceVersion of that consistent list.
+    server) decoded into `shape`, and the resourceVersion of that consistent list.
 
     No resourceVersion is sent, so the API server answers from a quorum read (never its possibly lagging
     watch cache). Any failure on any page raises KubeError: a partial list would make the missing objects
@@ -36,35 +77,45 @@ def list_all(
     cannot be finished at the first page's version, and is not finished at another). Pages at different
     resourceVersions (a lagging cache or proxy that answered some, the store the others) are no one list
     either: what was created in between and sorts into an older page is missing, while the list would
-    report its last page's, newer, version.
+    report its last page's, newer, version. Every page is compared, an empty one too. A page that ends the
+    list (no continue token) while it counts objects still to come (`remainingItemCount`) is a list cut short,
+    and a continue token handed out a second time (a proxy that ignores `continue` answers the same page
+    again) would be followed forever: both raise.
     """
+    pages, _ = _decoders_of(shape)
+    params: dict[str, Any] = {"limit": chunk_size,
+                              "fieldSelector": build_selector(dict(fields), for_fields=True) if fields else None}
 
     def fetch() -> tuple[list[dict[str, Any]], str | None]:
-        items = client.list(resource, namespace=lightkube.ALL_NS, chunk_size=chunk_size,
-                            fields=dict(fields) if fields else None)
+        reads = RawReads(client)
         objects: list[dict[str, Any]] = []
         first: str | None = None
-        for item in items:
-            page = _page_version(items)
-            if first is None:
-                first = page
-            elif page != first:
-                raise _mixed(what, first, page)
-            objects.append(plain(item))
-        rv = _page_version(items)  # the last page's (an empty first page without metadata: None)
-        if first is not None and rv != first:
-            raise _mixed(what, first, rv)
-        return objects, rv
+        tokens: set[str] = set()
+        index = 0
+        while True:
+            page = pages.decode(reads.list_page(resource, namespace=lightkube.ALL_NS, params=params))
+            meta = page.metadata or {}
+            rv = meta.get("resourceVersion") or None
+            if index == 0:
+                first = rv
+            elif rv != first:
+                raise _mixed(what, first, rv)
+            objects.extend(page.items)
+            token = meta.get("continue")
+            if not token:
+                remaining = meta.get("remainingItemCount")
+                if remaining:
+                    raise KubeError(f"{what}: its last page says {remaining} more objects remain but gives no "
+                                    "continue token: a list cut short")
+                return objects, first
+            if token in tokens:
+                raise KubeError(f"{what}: page {index + 1} hands out a continue token given before (the server "
+                                "or a proxy ignores continue): the list would never end")
+            tokens.add(token)
+            params["continue"] = token
+            index += 1
 
     return call(what, fetch, timeout=timeout)
-
-
-def _page_version(items: Any) -> str | None:
-    try:
-        rv: str = items.resourceVersion
-    except lightkube.NotReadyError:
-        return None
-    return rv
 
 
 def _mixed(what: str, first: str | None, later: str | None) -> KubeError:
@@ -73,20 +124,35 @@ def _mixed(what: str, first: str | None, later: str | None) -> KubeError:
 
 
 def get_live(client: lightkube.Client, resource: type[Any], *, namespace: str, name: str,
-             what: str) -> dict[str, Any] | None:
-    """A live GET of one object as JSON (None on 404; KubeError otherwise): a fresh read, never a cache."""
-    obj = get_or_none(what, lambda: client.get(resource, name=name, namespace=namespace))
-    return None if obj is None else plain(obj)
+             what: str, shape: Any = WHOLE) -> dict[str, Any] | None:
+    """A live GET of one object decoded into `shape` (None when the API server says it does not exist;
+    KubeError otherwise): a fresh read, never a cache.
+
+    The API server's NotFound names the object (details.name); a 404 that does not (a path the server or a
+    proxy in front of it does not serve, an HTML error page) says nothing about this object, and would read
+    as its absence: it raises (KubeError without a code)."""
+    _, one = _decoders_of(shape)
+    try:
+        obj: dict[str, Any] = call(what, lambda: one.decode(RawReads(client).get(resource, namespace=namespace,
+                                                                                  name=name)))
+    except KubeError as e:
+        if not e.not_found:
+            raise
+        if _names(e.__cause__, name):
+            return None
+        raise KubeError(f"{what} failed: HTTP 404 that does not name {name}: not the API server's word that it "
+                        "does not exist") from e.__cause__
+    return obj
 
 
-def plain(item: Any) -> dict[str, Any]:
-    """A typed lightkube object, or a generic resource (a dict whose metadata may be a model), as JSON."""
-    to_dict = getattr(item, "to_dict", None)
-    if callable(to_dict) and not isinstance(item, dict):
-        as_dict: dict[str, Any] = to_dict()
-        return as_dict
-    as_dict = dict(item)
-    meta = as_dict.get("metadata")
-    if meta is not None and not isinstance(meta, Mapping):
-        as_dict["metadata"] = meta.to_dict()
-    return as_dict
+def _names(cause: BaseException | None, name: str) -> bool:
+    """Whether a 404 is the API server's NotFound of the object called `name` (its Status names it)."""
+    status = getattr(cause, "status", None) if isinstance(cause, lightkube.ApiError) else None
+    details = getattr(status, "details", None)
+    return details is not None and details.name == name
+
+
+def decode(data: bytes | str, *, shape: Any = WHOLE) -> Any:
+    """One object (a watch event's) decoded into `shape`; ValueError (msgspec's DecodeError) when it is not
+    JSON."""
+    return _decoders_of(shape)[1].decode(data)

@@ -30,9 +30,10 @@ current as of the witness's time, never as of an arrival. A witness the view has
 (pending): the first event, bookmark or list that reaches it proves the view as of that witness's time,
 so the proof costs one GET and no wait. Every proof belongs to one history of resourceVersions: a restart
 of the cache or a history that restarted (an etcd restore) drops what was proven and pending. A history
-restarted is told by a list older than the view or a witness older than one read before; the view's own
-resourceVersion then compares with nothing until a list is taken (a witness of the new history would be
-"reached" at once by versions the old one already passed).
+restarted is told by a list older than the view or a witness older than one read before (a lagging API
+server's list older than the view looks the same, so it too drops the proof; a row of such lists drops it
+once); the view's own resourceVersion then compares with nothing until a list is taken (a witness of the
+new history would be "reached" at once by versions the old one already passed).
 
 Ownership: `stop()` then `start()` while a list is in flight (a controller losing and regaining its
 leadership) leaves the old thread to finish that request; every run has its own stop flag and generation,
@@ -47,7 +48,6 @@ waits a random share of `relist_spread_seconds`; the resync period is stretched 
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import random
 import threading
@@ -56,16 +56,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypedDict, TypeVar
 
 import httpx2
 import lightkube
+import msgspec
 
 from nodegc.api.client import make_client
 from nodegc.api.currency import MAX_LEASE_AHEAD_SECONDS, NotCurrent, Witness, check_list
 from nodegc.api.errors import KubeError
 from nodegc.api.objects import resource_version_number
-from nodegc.api.reads import list_all
+from nodegc.api.reads import WHOLE, decode, list_all
 from nodegc.api.streaming import WatchRequests
 from nodegc.hostio.clock import utcnow
 from nodegc.observe.logs import get_logger
@@ -89,6 +90,16 @@ MAX_PENDING_WITNESSES = 4
 """Witnesses read and not yet reached by the view that are kept; the newest ones."""
 _FLEET_WIDE = frozenset({"gone", "stalled"})
 """Relist causes that hit every watch of the fleet at once; an undecodable event is this cache's own."""
+
+
+class _Event(TypedDict, total=False):
+    """A watch line: its object is decoded once its type says into what (a Status for ERROR)."""
+
+    type: Any
+    object: msgspec.Raw
+
+
+_EVENTS = msgspec.json.Decoder(_Event)
 
 
 def backoff_delay(failures: int, *, base: float, cap: float, rng: random.Random,
@@ -151,10 +162,11 @@ class Reflector(Generic[T]):
     """A background list+watch of `resource` (all namespaces) filtered by `fields`.
 
     `parse(obj)` turns one object into T or raises ValueError: a list or event carrying an object that
-    cannot be parsed makes the whole cache untrusted until a relist succeeds. `key(item)` is its identity in
-    the cache; `keep(item)` drops what a server that ignored the selector sent. `on_delete(item)` runs on
-    the watch thread (a DELETED event, or an item a relist finds gone): it must be quick and must not call
-    `stop()`; an exception it raises is logged and ignored.
+    cannot be parsed makes the whole cache untrusted until a relist succeeds; objects are decoded into
+    `shape` (`api.reads`: the fields `parse` reads, or the whole object) from lists and events alike.
+    `key(item)` is its identity in the cache; `keep(item)` drops what a server that ignored the selector
+    sent. `on_delete(item)` runs on the watch thread (a DELETED event, or an item a relist finds gone): it
+    must be quick and must not call `stop()`; an exception it raises is logged and ignored.
     """
 
     def __init__(  # noqa: PLR0915 - one attribute per setting and per piece of state
@@ -166,6 +178,7 @@ class Reflector(Generic[T]):
         cache_label: str | None = None,
         thread_name: str | None = None,
         parse: Callable[[Mapping[str, Any]], T],
+        shape: Any = WHOLE,
         key: Callable[[T], str],
         keep: Callable[[T], bool] = lambda _item: True,
         fields: Mapping[str, str] | None = None,
@@ -190,6 +203,7 @@ class Reflector(Generic[T]):
         self._resource = resource
         self._noun = noun
         self._parse = parse
+        self._shape = shape
         self._key = key
         self._keep = keep
         self._fields = dict(fields or {})
@@ -444,6 +458,13 @@ class Reflector(Generic[T]):
         self._proven_at = None
         self._pending = []
 
+    def _forget_proofs_once(self) -> None:
+        """`_forget_proofs()` unless it was done since the view was last listed (lock held): until a list
+        brings the view into the new history, no proof can be taken (no witness is reached) and a pending
+        witness is read after the sign, so a row of refused lists drops what was proven once."""
+        if self._view_history == self._history:
+            self._forget_proofs()
+
     def _note_witness(self, rv: int) -> None:
         """A witness read: one older than a witness read before means the history restarted (lock held)."""
         if self._witness_rv is not None and rv < self._witness_rv:
@@ -544,7 +565,7 @@ class Reflector(Generic[T]):
         client = self._require_client()
         witness = self._witness(client) if self._witness is not None else None
         objects, rv = list_all(client, self._resource, what=f"listing {self.what}", fields=self._fields,
-                               timeout=self._request_timeout)
+                               timeout=self._request_timeout, shape=self._shape)
         fresh_at = started if witness is None else self._proven(witness, rv, objects, started)
         items: dict[str, T] = {}
         for index, obj in enumerate(objects):
@@ -564,16 +585,17 @@ class Reflector(Generic[T]):
             if number is not None and self._high_rv is not None and number < self._high_rv:
                 self._stale_lists += 1
                 self._counters["stale_lists"] += 1
-                # A list older than the view: a lagging server, or a history that restarted (an etcd restore),
-                # whose witnesses the view's resourceVersion would "reach" at once. Nothing proven stands.
-                self._forget_proofs()
+                # A list older than the view: a lagging server, or a history that restarted (an etcd restore:
+                # the view may hold changes the store no longer has, and a witness of the new history would be
+                # "reached" at once). The two look the same, so nothing proven stands, though a lagging
+                # server's list leaves the proof valid: acting waits for the next list applied.
+                self._forget_proofs_once()
                 if self._stale_lists <= self._max_stale_lists:
                     raise KubeError(
                         f"the list of {self.what} is at resourceVersion {rv}, "
                         f"older than {self._high_rv} already seen"
                     )
                 self._high_rv = None  # the server insists: its history restarted
-                self._forget_proofs()
             self._stale_lists = 0
             gone = [item for k, item in self._items.items() if k not in items]
             self._items = items
@@ -611,7 +633,7 @@ class Reflector(Generic[T]):
             with self._lock:
                 self._floor_rv = None
                 if self._stale_lists >= self._max_stale_lists:
-                    self._forget_proofs()  # a history that restarted: earlier witnesses compare with nothing
+                    self._forget_proofs_once()  # a history that restarted: earlier witnesses compare with nothing
         return min(started, witness.at)
 
     def _watch(self, run: _Run, *, until: float) -> bool:
@@ -676,11 +698,14 @@ class Reflector(Generic[T]):
 
     def _apply(self, run: _Run, line: str) -> None:
         try:
-            event = json.loads(line)
-        except ValueError as e:
-            raise _Relist("error", "a watch line is not JSON") from e
-        obj = event.get("object") if isinstance(event, Mapping) else None
-        kind = event.get("type") if isinstance(event, Mapping) else None
+            event = _EVENTS.decode(line)
+        except ValueError as e:  # not JSON, or not an object
+            raise _Relist("error", "a watch line is not a JSON object") from e
+        kind, raw = event.get("type"), event.get("object")
+        try:
+            obj = decode(raw, shape=WHOLE if kind == "ERROR" else self._shape) if raw is not None else None
+        except ValueError as e:  # an object that is not an object (null, a string...)
+            raise _Relist("error", f"a {kind} watch event without an object") from e
         if not isinstance(obj, Mapping):
             raise _Relist("error", f"a {kind} watch event without an object")
         if kind in EVENT_TYPES:

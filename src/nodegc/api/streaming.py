@@ -1,17 +1,21 @@
-"""The one place that uses lightkube internals: a raw watch request with its own read timeout.
+"""The one place that uses lightkube internals: raw requests, whose bodies the caller decodes.
 
 lightkube's public `watch()` neither asks for bookmarks nor lets the caller set a read timeout, and both
 are what the reflector's stall detector rests on. So a watch is built here from the client's private
 generic client (`Client._client`): `prepare_request` (URL and query of a list with watch=true),
 `build_adapter_request` (the authenticated httpx2 request, honouring `BasicRequest.timeout`) and
-`send(..., stream=True)`. `check_lightkube()` refuses a lightkube outside the range the contract test
-(tests/api/test_lightkube_contract.py) was run against, or one that lacks any of those parts, with a
-clear error instead of an AttributeError inside the watch thread.
+`send(..., stream=True)`. Lists and GETs (`RawReads`) are built the same way, and their failures raised by
+the generic client's own `raise_for_status` (lightkube's ApiError, as its `list()` and `get()` raise), but
+their bodies are left to `api.reads`: lightkube would decode every object into its typed models, all
+fields of all of them, where nodegc reads a few (`api.objects.POD_FIELDS`). `check_lightkube()` refuses a
+lightkube outside the range the contract test (tests/api/test_lightkube_contract.py) was run against, or
+one that lacks any of those parts, with a clear error instead of an AttributeError inside the watch thread.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from importlib import metadata
 from typing import Any
@@ -26,8 +30,13 @@ SUPPORTED = ((0, 15), (2, 0))
 """lightkube versions [low, high) whose internals the contract test checks."""
 
 
+@functools.cache
+def _installed_version() -> str:
+    return metadata.version("lightkube")
+
+
 def lightkube_version() -> tuple[int, int]:
-    text = metadata.version("lightkube")
+    text = _installed_version()
     match = re.match(r"(\d+)\.(\d+)", text)
     if match is None:
         raise KubeError(f"cannot read the lightkube version {text!r}")
@@ -44,12 +53,12 @@ def check_lightkube(client: lightkube.Client) -> Any:
             f"{low[0]}.{low[1]} to before {high[0]}.{high[1]} (raw watch requests)"
         )
     generic = getattr(client, "_client", None)
-    missing = [name for name in ("prepare_request", "build_adapter_request", "send")
+    missing = [name for name in ("prepare_request", "build_adapter_request", "send", "raise_for_status")
                if not callable(getattr(generic, name, None))]
     if "timeout" not in {f.name for f in dataclasses.fields(BasicRequest)}:
         missing.append("BasicRequest.timeout")
     if missing:
-        raise KubeError(f"this lightkube lacks what raw watch requests need: {', '.join(missing)}")
+        raise KubeError(f"this lightkube lacks what raw requests need: {', '.join(missing)}")
     return generic
 
 
@@ -78,3 +87,38 @@ class WatchRequests:
         request = self._generic.build_adapter_request(basic)
         response: httpx2.Response = self._generic.send(request, stream=True)
         return response
+
+
+class RawReads:
+    """Lists and GETs on one lightkube client (its connection pool, auth, base URL, the URL and query it
+    builds, its error for a failed status); the body comes back undecoded."""
+
+    def __init__(self, client: lightkube.Client) -> None:
+        self._generic = check_lightkube(client)
+
+    def list_page(self, resource: type[Any], *, namespace: str | None, params: dict[str, Any]) -> bytearray:
+        """One page of a list (`params`: limit, continue, fieldSelector...). Failures raise as lightkube's
+        `list()` raises them (ApiError, httpx2 errors)."""
+        basic: BasicRequest = self._generic.prepare_request(
+            "list", res=resource, namespace=namespace, params={k: v for k, v in params.items() if v is not None})
+        return self._body(basic)
+
+    def get(self, resource: type[Any], *, namespace: str | None, name: str) -> bytearray:
+        """One object; failures (a 404 included) raise as lightkube's `get()` raises them."""
+        basic: BasicRequest = self._generic.prepare_request("get", res=resource, name=name, namespace=namespace)
+        return self._body(basic)
+
+    def _body(self, basic: BasicRequest) -> bytearray:
+        """The body, read into one buffer as it arrives: httpx2's `read()` joins a list of its chunks, so a
+        page of a list would be held twice at its end."""
+        response: httpx2.Response = self._generic.send(self._generic.build_adapter_request(basic), stream=True)
+        try:
+            if not response.is_success:
+                response.read()  # the error carries the Status the server sent
+                self._generic.raise_for_status(response)
+            body = bytearray()
+            for chunk in response.iter_bytes():
+                body += chunk
+            return body
+        finally:
+            response.close()

@@ -28,7 +28,7 @@ from lightkube.resources.core_v1 import Pod as PodResource
 from nodegc.api.client import make_client
 from nodegc.api.currency import MAX_LEASE_AGE_SECONDS, check_list, node_lease_witness
 from nodegc.api.errors import KubeError
-from nodegc.api.objects import object_resource_version, pod_from_object
+from nodegc.api.objects import POD_FIELDS, object_resource_version, pod_from_object
 from nodegc.api.reads import get_live, list_all
 from nodegc.desired.source import SourceError
 from nodegc.hostio.clock import utcnow
@@ -148,7 +148,7 @@ def list_node_pods(
     any failure on any page raises SourceError."""
     try:
         return list_all(client, PodResource, what=f"listing pods of node {node}", fields={"spec.nodeName": node},
-                        timeout=timeout)
+                        timeout=timeout, shape=POD_FIELDS)
     except KubeError as e:
         raise SourceError(str(e)) from e.__cause__
 
@@ -156,7 +156,8 @@ def list_node_pods(
 def get_pod_object(client: lightkube.Client, namespace: str, name: str) -> dict[str, Any] | None:
     """A live GET of one pod as JSON (None on 404): the terminate phase's fresh read, never a cache."""
     try:
-        return get_live(client, PodResource, namespace=namespace, name=name, what=f"getting pod {namespace}/{name}")
+        return get_live(client, PodResource, namespace=namespace, name=name, what=f"getting pod {namespace}/{name}",
+                        shape=POD_FIELDS)
     except KubeError as e:
         raise SourceError(str(e)) from e.__cause__
 

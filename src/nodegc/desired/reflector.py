@@ -30,7 +30,7 @@ from lightkube.resources.core_v1 import Pod as PodResource
 
 from nodegc.api.currency import MAX_LEASE_AGE_SECONDS, NotCurrent, Witness, node_lease_witness
 from nodegc.api.errors import KubeError
-from nodegc.api.objects import object_resource_version, pod_from_object
+from nodegc.api.objects import POD_FIELDS, object_resource_version, pod_from_object
 from nodegc.api.reflector import COUNTERS, CacheUnusable, Reflector
 from nodegc.desired.kube import check_listed, get_pod_object, parse_live_pod
 from nodegc.desired.source import SourceError
@@ -78,7 +78,7 @@ class PodReflector(Reflector[Pod]):
         super().__init__(
             PodResource, what=f"pods of node {node}", noun="pod", cache_label=f"pod cache of node {node}",
             thread_name=f"pod-reflector-{node}",
-            parse=pod_from_object, key=lambda pod: pod.uid, keep=lambda pod: pod.node_name == node,
+            parse=pod_from_object, shape=POD_FIELDS, key=lambda pod: pod.uid, keep=lambda pod: pod.node_name == node,
             fields={"spec.nodeName": node}, client=client, kubeconfig=kubeconfig,
             resync_seconds=resync_seconds, watch_timeout_seconds=watch_timeout_seconds,
             idle_timeout_seconds=idle_timeout_seconds, request_timeout=request_timeout,

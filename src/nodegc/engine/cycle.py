@@ -7,7 +7,9 @@ answer is to do nothing destructive and say why in logs and metrics.
 A watched desired state (`desired.source.ProvableSource`) is dated by its freshness, which a lagging watch
 cache fakes; a cycle that has something to mark or to terminate takes its proof first (`proven()`: at
 most one node Lease GET, none on a cycle with nothing to act on) and judges the node again on the proven
-photograph; without a proof it refuses (`view_not_current`).
+photograph (unless it shows the same pods and is not older: `same_judgement`); without a proof it refuses
+(`view_not_current`) and writes only what moves away from reclaim (`planning.phases.refused`). The scan is
+checked against the container runtime once, on the photograph the cycle acts on (`_checked`).
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ from nodegc.planning.phases import (
     due,
     identity_of,
     reconcile,
+    refused,
     resources,
 )
 from nodegc.planning.runtime import runtime_unusable
@@ -197,39 +200,28 @@ class Engine:
             return report
         desired, inventory, findings = detected
         now = self.clock()
+        proven = False
         if any(f.cls.is_residue for f in findings) or due(self.ledger.items(active_only=True).values(), now):
             # Something to mark or terminate: a watched view must first prove it is current, and the node is
             # judged again on the proven (older) photograph, whose minimum-age horizon protects more.
-            proven = self._proven(desired, report)
-            if proven is None:
-                self._judged(inventory, findings, report)
-                self._report_items()
+            judged = self._on_proven(desired, inventory, findings, report)
+            if judged is None:
+                self._refused(desired, inventory, findings, now, report)
                 return report
-            if proven is not desired:
-                desired = proven
-                inventory, findings = self._judge(inventory, desired, report)
+            desired, inventory, findings = judged
+            proven = True
+        unchecked = inventory
+        inventory = self._checked(inventory, desired, report)
         self._judged(inventory, findings, report)
         self._mark(inventory, findings, now)
-        report.running_orphans = self.orphans.observe(
-            findings, now, view=inventory.runtime, complete=runtime_unusable(inventory.runtime, desired.pods) is None)
-        report.orphan_shims = orphan_shims(inventory, findings)
-        view = inventory.runtime
-        self.metrics.runtime(None if view is None else view.reachable, len(report.running_orphans),
-                             orphan_shims=len(report.orphan_shims))
-        for f in report.running_orphans:
-            log.warning("running orphan", sandbox=f.id, owner=f.owner.label(), owner_uid=f.owner.uid,
-                        grace_seconds=self.settings.running_orphan_grace_seconds)
-        for f in report.orphan_shims:
-            log.warning("orphan shim", process=f.id, id=f.owner.container_id, finding=f.cls.value,
-                        stop=self.settings.correlation.stop_orphan_shims)
+        self._observe_runtime(inventory, findings, desired, now, report)
         refusal = blast_radius_refusal(findings, desired, self.settings.blast_radius)
         if refusal:
             self._block(report, "blast_radius", refusal)
             self._report_items()
             return report
-        if report.running_orphans and self.settings.stop_running_orphans and (
-                self._proven(desired, report) is not None):
-            self._stop_running_orphans(report)
+        if report.running_orphans and self.settings.stop_running_orphans:
+            self._stop_running_orphans(report, desired, inventory=unchecked, findings=findings, proven=proven)
         candidates = due(self.ledger.items(active_only=True).values(), now)
         if candidates:
             verified = self._terminate(candidates, report)
@@ -242,12 +234,60 @@ class Engine:
         return report
 
     def _detect(self, report: CycleReport) -> tuple[DesiredState, Inventory, tuple[Finding, ...]] | None:
-        """A fresh desired state joined with one read of the node; None when the desired state is unusable."""
+        """A fresh desired state joined with one read of the node; None when the desired state is unusable.
+        The inventory is not yet checked against the runtime (`_checked`, on the view the cycle acts on)."""
         desired = self._fresh_desired(report)
         if desired is None:
             return None
-        inventory, findings = self._scan(desired, report)
+        inventory, findings = self._scan(desired)
         return desired, inventory, findings
+
+    def _on_proven(self, desired: DesiredState, inventory: Inventory, findings: tuple[Finding, ...],
+                   report: CycleReport) -> tuple[DesiredState, Inventory, tuple[Finding, ...]] | None:
+        """The judgement to act on: the node judged on the proven photograph, or None (refused). The first
+        judgement stands when the proven photograph shows the very pods `desired` shows and is not older
+        (`same_judgement`): the same join, on a horizon that protects as much or more."""
+        proven = self._proven(desired, report)
+        if proven is None:
+            return None
+        if proven is desired or same_judgement(first=desired, proven=proven):
+            return proven, inventory, findings
+        inventory, findings = self._judge(inventory, proven)
+        return proven, inventory, findings
+
+    def _refused(self, desired: DesiredState, inventory: Inventory, findings: tuple[Finding, ...], now: float,
+                 report: CycleReport) -> None:
+        """A cycle whose view could not be proven current for acting: reported as any cycle, and folded into
+        the ledger only away from reclaim (`planning.phases.refused`): releases and closes are written,
+        nothing is begun, and no streak of scans in a row goes on across the refusal."""
+        inventory = self._checked(inventory, desired, report)
+        self._judged(inventory, findings, report)
+        items = self.ledger.items(active_only=True)
+        transitions = refused(items, findings, {k: identity_of(r) for k, r in resources(inventory).items()},
+                              now=now, blind=Blind(inventory.problems))
+        self._persist(transitions, now)
+        restarted = sum(1 for t in transitions if not t.phase_changed)
+        if restarted:
+            log.info("view not proven current: scans in a row start again", items=restarted)
+        self._observe_runtime(inventory, findings, desired, now, report)
+        self._report_items()
+
+    def _observe_runtime(self, inventory: Inventory, findings: tuple[Finding, ...], desired: DesiredState,
+                         now: float, report: CycleReport) -> None:
+        """Running orphans (their first-seen times) and orphan shims: reported every cycle, stopped only on
+        opt-in and on a proven view."""
+        report.running_orphans = self.orphans.observe(
+            findings, now, view=inventory.runtime, complete=runtime_unusable(inventory.runtime, desired.pods) is None)
+        report.orphan_shims = orphan_shims(inventory, findings)
+        view = inventory.runtime
+        self.metrics.runtime(None if view is None else view.reachable, len(report.running_orphans),
+                             orphan_shims=len(report.orphan_shims))
+        for f in report.running_orphans:
+            log.warning("running orphan", sandbox=f.id, owner=f.owner.label(), owner_uid=f.owner.uid,
+                        grace_seconds=self.settings.running_orphan_grace_seconds)
+        for f in report.orphan_shims:
+            log.warning("orphan shim", process=f.id, id=f.owner.container_id, finding=f.cls.value,
+                        stop=self.settings.correlation.stop_orphan_shims)
 
     def _judged(self, inventory: Inventory, findings: tuple[Finding, ...], report: CycleReport) -> None:
         """The cycle's figures (findings, IP ranges and their forecast, protected resources), taken once
@@ -309,7 +349,8 @@ class Engine:
             return None
         return desired
 
-    def _scan(self, desired: DesiredState, report: CycleReport) -> tuple[Inventory, tuple[Finding, ...]]:
+    def _scan(self, desired: DesiredState) -> tuple[Inventory, tuple[Finding, ...]]:
+        """One read of the node, joined with `desired`; not yet checked against the runtime (`_checked`)."""
         started = time.monotonic()
         inventory = self.scanner(self.roots, self.settings.scan)
         policy = self.settings.correlation
@@ -322,19 +363,19 @@ class Engine:
             counts[p.kind.value] = counts.get(p.kind.value, 0) + 1
             log.warning("read problem", kind=p.kind.value, path=p.path, reason=p.reason)
         self.metrics.scanned(time.monotonic() - started, sorted(counts.items()))
-        report.problems += len(inventory.problems)
-        return self._runtime_checked(inventory, desired, report), findings
+        return inventory, findings
 
-    def _judge(self, inventory: Inventory, desired: DesiredState,
-               report: CycleReport) -> tuple[Inventory, tuple[Finding, ...]]:
-        """The same read of the node joined with another desired state (the proven photograph)."""
+    def _judge(self, inventory: Inventory, desired: DesiredState) -> tuple[Inventory, tuple[Finding, ...]]:
+        """The same read of the node (as `_scan` left it, before any runtime check) joined with another
+        desired state (the proven photograph)."""
         policy = self.settings.correlation
         if self._gave_up:
             policy = dataclasses.replace(policy, runtime_gave_up=self._gave_up)
-        inventory, findings = detect(inventory, desired, now=inventory.taken_at, policy=policy)
-        return self._runtime_checked(inventory, desired, report), findings
+        return detect(inventory, desired, now=inventory.taken_at, policy=policy)
 
-    def _runtime_checked(self, inventory: Inventory, desired: DesiredState, report: CycleReport) -> Inventory:
+    def _checked(self, inventory: Inventory, desired: DesiredState, report: CycleReport) -> Inventory:
+        """The scan checked against the runtime on the view the cycle acts on, once per scan: a runtime that
+        cannot vouch for that view's pods adds its read problems, and `report.problems` counts them all."""
         why = runtime_unusable(inventory.runtime, desired.pods)
         if why:
             # Today's rules go on; nothing that needs the runtime's word is concluded this scan, and a
@@ -347,6 +388,7 @@ class Engine:
                 missing = tuple(ReadProblem(kind, inventory.runtime.endpoint, why)
                                 for kind in (Kind.SANDBOX, Kind.RUNTIME_LEFTOVER) if kind not in seen)
                 inventory = dataclasses.replace(inventory, problems=(*inventory.problems, *missing))
+        report.problems += len(inventory.problems)
         return inventory
 
     # -- terminate -------------------------------------------------------------------------------
@@ -357,7 +399,8 @@ class Engine:
         desired = self._proven(fresh, report) if fresh is not None else None
         if desired is None:
             return []
-        inventory, findings = self._scan(desired, report)
+        inventory, findings = self._scan(desired)
+        inventory = self._checked(inventory, desired, report)
         refusal = blast_radius_refusal(findings, desired, self.settings.blast_radius)
         if refusal:
             self._block(report, "blast_radius", refusal)
@@ -436,11 +479,27 @@ class Engine:
             return "owner changed since it was marked"
         return None
 
-    def _stop_running_orphans(self, report: CycleReport) -> None:
+    def _stop_running_orphans(self, report: CycleReport, desired: DesiredState, *, inventory: Inventory,
+                              findings: tuple[Finding, ...], proven: bool) -> None:
+        """Stop the running orphans that are so on a proven view too: `desired` when the cycle acts on a
+        proven one, else the proof is taken here and the node (`inventory`, before its runtime check) judged
+        again on it (`_on_proven`); without a proof none is stopped (`view_not_current`)."""
         endpoint = self.settings.scan.runtime_endpoint
         if not endpoint or not self.executor.destructive:
             return
-        for f in report.running_orphans:
+        due_now = report.running_orphans
+        if not proven:
+            judged = self._on_proven(desired, inventory, findings, report)
+            if judged is None:
+                return
+            still = {(f.id, f.owner.uid) for f in judged[2]
+                     if f.kind is Kind.SANDBOX and f.cls is FindingClass.RUNNING_ORPHAN}
+            for f in due_now:
+                if (f.id, f.owner.uid) not in still:
+                    log.info("running orphan kept: not one on the proven view", sandbox=f.id,
+                             owner=f.owner.label(), owner_uid=f.owner.uid)
+            due_now = [f for f in due_now if (f.id, f.owner.uid) in still]
+        for f in due_now:
             try:
                 stopped, why = stop_running_orphan(f, endpoint=endpoint, timeout=self.settings.scan.runtime_timeout,
                                                    get_pod=self.source.get_pod, seen=self.orphans.sandboxes.get(f.id))
@@ -596,6 +655,15 @@ class Engine:
             key = (item.kind.value, item.phase.value)
             counts[key] = counts.get(key, 0) + 1
         self.metrics.items(counts)
+
+
+def same_judgement(*, first: DesiredState, proven: DesiredState) -> bool:
+    """Whether judging the node on `proven` could only conclude what judging it on `first` did, or keep more:
+    the same node and the very same pods, field by field (`Pod` is a frozen value holding everything the join
+    reads of a pod: UID, name, phase, IPs, creation time, mirror UID; equal as a tuple, in the same order),
+    and a proven photograph not older than the first one. The photograph's time only sets minimum-age
+    horizons (an older photograph protects more), so a first judgement on an older or equal time stands."""
+    return first.node == proven.node and proven.fetched_at >= first.fetched_at and first.pods == proven.pods
 
 
 def orphan_shims(inventory: Inventory, findings: Sequence[Finding]) -> list[Finding]:

@@ -58,28 +58,53 @@ class RuleMemo:
     """The parse of each rule line of the last dump, by the line's text: the parse is a function of the
     text alone, so a line met again parses to the same rule (a legacy node, dumped every scan, parses
     only its changed lines). Lines the last parse did not meet are forgotten. A line's parse is kept as
-    the rule, or as the reason it is none."""
+    the rule, or as the reason it is none.
+
+    A parse works on its own: begin() hands it the lines remembered then, end() makes what it met the
+    memo. Parses that overlap (two threads) each leave one whole dump's lines, the last to end wins; a
+    parse that began before a clear() leaves nothing (what was cleared stays cleared)."""
 
     def __init__(self) -> None:
         self._known: dict[str, _Rule | str] = {}
-        self._seen: dict[str, _Rule | str] = {}
+        self._generation = 0
         self._lock = threading.Lock()
+
+    def begin(self) -> RuleParse:
+        with self._lock:
+            return RuleParse(self._known, self._generation)
+
+    def end(self, parse: RuleParse) -> None:
+        with self._lock:
+            if parse.generation == self._generation:
+                self._known = parse.seen
+
+    def clear(self) -> None:
+        with self._lock:
+            self._known = {}
+            self._generation += 1
+
+    def __len__(self) -> int:
+        """Rule lines remembered."""
+        return len(self._known)
+
+
+class RuleParse:
+    """One dump's parse against a memo: reads what the memo knew at begin(), records every line it meets."""
+
+    __slots__ = ("_known", "generation", "seen")
+
+    def __init__(self, known: dict[str, _Rule | str], generation: int) -> None:
+        self._known = known  # never written: the memo replaces its dict, it does not change it
+        self.generation = generation
+        self.seen: dict[str, _Rule | str] = {}
 
     def parse(self, line: str, shared: Shared | None = None) -> tuple[_Rule | None, str]:
         found = self._known.get(line)
         if found is None:
             rule, reason = _parse_rule(_COUNTERS.sub("", line), shared)
             found = reason if rule is None else rule
-        self._seen[line] = found
+        self.seen[line] = found
         return (None, found) if isinstance(found, str) else (found, "")
-
-    def end(self) -> None:
-        with self._lock:
-            self._known, self._seen = self._seen, {}
-
-    def clear(self) -> None:
-        with self._lock:
-            self._known, self._seen = {}, {}
 
 
 def parse_iptables_save(
@@ -91,6 +116,7 @@ def parse_iptables_save(
     skipped: list[str] = []
     tables: list[_Table] = []
     current: _Table | None = None
+    session = memo.begin() if memo is not None else None
     shared = Shared()
     """One object for each chain name, target and owner of the lines parsed now (a container's chain and
     owner are named by several lines, every rule of a chain names it)."""
@@ -122,7 +148,7 @@ def parse_iptables_save(
             elif m["name"] not in current.chains:
                 current.chains.append(shared.text(m["name"]))
         else:
-            rule, reason = (memo.parse(line, shared) if memo is not None
+            rule, reason = (session.parse(line, shared) if session is not None
                             else _parse_rule(_COUNTERS.sub("", line), shared))
             if rule is None:
                 skipped.append(f"line {line_no}: {reason}: {_shown(line)}")
@@ -133,8 +159,8 @@ def parse_iptables_save(
     if current is not None:
         skipped.append(f"line {current.line_no}: table {current.name} has no COMMIT")
         tables.append(current)
-    if memo is not None:
-        memo.end()
+    if memo is not None and session is not None:
+        memo.end(session)
 
     chains: list[IptablesChain] = []
     hostport: list[HostportRule] = []

@@ -1,4 +1,4 @@
-"""The few libc calls Python has no wrapper for: setns, mount, umount2, statx. One loader, errno kept.
+"""The few libc calls Python has no wrapper for: setns, mount, umount2, statx, openat2. One loader, errno kept.
 
 Each wrapper raises OSError with the errno and a message naming what was attempted; callers decide
 which errnos mean "already done".
@@ -11,6 +11,8 @@ import errno
 import functools
 import os
 import struct
+from collections.abc import Sequence
+from typing import Any
 
 CLONE_NEWNET = 0x40000000
 MNT_DETACH = 2
@@ -27,6 +29,11 @@ _STATX_SIZE = 256
 _STATX_MASK = struct.Struct("=I")  # stx_mask, at offset 0
 _STATX_INO = struct.Struct("=Q")  # stx_ino, at offset 32
 _STATX_MNT_ID = struct.Struct("=Q")  # stx_mnt_id, at offset 0x90
+SYS_OPENAT2 = 437
+"""The same number on every architecture (Linux 5.6)."""
+RESOLVE_NO_MAGICLINKS = 0x02
+RESOLVE_IN_ROOT = 0x10
+_OPEN_HOW = struct.Struct("=QQQ")  # struct open_how: flags, mode, resolve
 
 
 @functools.cache
@@ -85,21 +92,73 @@ def unique_mount(path: str | bytes | None = None, *, fd: int | None = None) -> t
 
     The mount id is the one of the mount the path resolves to now (the topmost one on a mount point), and
     a unique id is never reused while the machine runs: the same id later is the very same mount."""
-    lib = libc()
-    if not hasattr(lib, "statx"):
+    statx = _statx()
+    if statx is None:
         return None
     buf = ctypes.create_string_buffer(_STATX_SIZE)
     if fd is not None:
-        rc = lib.statx(fd, b"", AT_EMPTY_PATH, STATX_INO | STATX_MNT_ID_UNIQUE, buf)
-    else:
-        assert path is not None
-        rc = lib.statx(AT_FDCWD, os.fsencode(path), AT_SYMLINK_NOFOLLOW, STATX_INO | STATX_MNT_ID_UNIQUE, buf)
+        return _stamp(statx(fd, b"", AT_EMPTY_PATH, _STATX_WANTED, buf), buf, f"fd {fd}")
+    assert path is not None
+    return _stamp(statx(AT_FDCWD, os.fsencode(path), AT_SYMLINK_NOFOLLOW, _STATX_WANTED, buf), buf,
+                  os.fsdecode(path))
+
+
+def unique_mounts(paths: Sequence[str]) -> list[tuple[int, int] | OSError | None]:
+    """`unique_mount` of each path, or the error it raised (a scan asks hundreds at once: one buffer)."""
+    statx = _statx()
+    if statx is None:
+        return [None] * len(paths)
+    buf = ctypes.create_string_buffer(_STATX_SIZE)
+    out: list[tuple[int, int] | OSError | None] = []
+    for path in paths:
+        try:
+            out.append(_stamp(statx(AT_FDCWD, path.encode("utf-8", "surrogateescape"), AT_SYMLINK_NOFOLLOW,
+                                    _STATX_WANTED, buf), buf, path))
+        except OSError as e:
+            out.append(e)
+    return out
+
+
+_STATX_WANTED = STATX_INO | STATX_MNT_ID_UNIQUE
+
+
+@functools.cache
+def _statx() -> Any:
+    """libc's statx, called without argument conversion (its arguments are ints, bytes and a buffer: what
+    ctypes passes as they are), which is most of the cost of a call; None without the wrapper."""
+    fn = getattr(ctypes.CDLL(None, use_errno=True), "statx", None)
+    if fn is not None:
+        fn.restype = ctypes.c_int
+    return fn
+
+
+def _stamp(rc: int, buf: ctypes.Array[ctypes.c_char], filename: str) -> tuple[int, int] | None:
     if rc != 0:
         err = ctypes.get_errno()
         if err == errno.ENOSYS:
             return None
-        raise OSError(err, os.strerror(err), os.fsdecode(path) if path is not None else f"fd {fd}")
+        raise OSError(err, os.strerror(err), filename)
     (mask,) = _STATX_MASK.unpack_from(buf, 0)
     if not mask & STATX_MNT_ID_UNIQUE or not mask & STATX_INO:
         return None
     return _STATX_INO.unpack_from(buf, 32)[0], _STATX_MNT_ID.unpack_from(buf, 0x90)[0]
+
+
+def stat_in_root(root: str | os.PathLike[str], path: str) -> os.stat_result:
+    """`path` as the processes whose root `root` is see it (`/proc/<pid>/root`: in their mount namespace).
+    An absolute symlink on the way resolves below `root`, never in the caller's own root, which a plain
+    stat of `<root>/<path>` would do (RESOLVE_IN_ROOT of openat2). ENOSYS before Linux 5.6."""
+    dirfd = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        how = ctypes.create_string_buffer(
+            _OPEN_HOW.pack(os.O_PATH | os.O_CLOEXEC, 0, RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS), _OPEN_HOW.size)
+        fd = libc().syscall(ctypes.c_long(SYS_OPENAT2), ctypes.c_int(dirfd), ctypes.c_char_p(os.fsencode(path)),
+                            how, ctypes.c_size_t(_OPEN_HOW.size))
+        if fd < 0:
+            raise _error(path)
+        try:
+            return os.fstat(fd)
+        finally:
+            os.close(fd)
+    finally:
+        os.close(dirfd)

@@ -51,12 +51,17 @@ IFLA_LINKINFO = 18
 IFLA_GROUP = 27
 IFLA_EXT_MASK = 29
 IFLA_LINK_NETNSID = 37
+IFLA_TARGET_NETNSID = 46
 IFLA_INFO_KIND = 1
 IFA_ADDRESS = 1
 IFA_LOCAL = 2
+IFA_TARGET_NETNSID = 10
 NETNSA_NSID = 1
 NETNSA_FD = 3
 RTEXT_FILTER_SKIP_STATS = 1 << 3
+IFF_LOOPBACK = 0x8
+LOOPBACK_IFINDEX = 1
+"""The loopback's index in every network namespace (include/net/flow.h)."""
 """Counters are most of a link message and none of the reader's business; old kernels ignore the bit."""
 
 _NLA_TYPE_MASK = 0x3FFF  # without NLA_F_NESTED / NLA_F_NET_BYTEORDER
@@ -67,6 +72,8 @@ _IFADDRMSG = struct.Struct("=BBBBI")
 _U32 = struct.Struct("=I")
 _U64 = struct.Struct("=Q")
 _SO_NETNS_COOKIE = 71
+_SOL_NETLINK = 270
+_NETLINK_GET_STRICT_CHK = 12
 _I32 = struct.Struct("=i")
 _RECV_BUF = 1 << 16
 """The kernel fills a dump datagram up to 32 KiB; anything longer than the buffer is reported, not cut."""
@@ -76,6 +83,9 @@ _NSID_BATCH = 64
 """Requests per send: their replies (one small datagram each) must fit the default receive buffer."""
 _DELETE_BATCH = 64
 """Link deletes per send, for the same reason (each is acknowledged by a small datagram)."""
+_LOOKUP_BATCH = 16
+"""Link lookups per send: each reply is a link message (about 1.5 KiB without counters); a batch of them
+must fit the default receive buffer (208 KiB)."""
 _DUMP_ATTEMPTS = 3
 
 DEFAULT_TIMEOUT = 10.0
@@ -262,13 +272,28 @@ class RtnlSocket:
                 if mseq == seq and self._address_message(buf, mtype, start, end, out):
                     return out
 
-    def addresses_off_link(self, name: str) -> list[tuple[int, str]]:
-        """`dump_addresses` without those of the link called `name` (none left out when there is no such
-        link), in one round trip: the lookup of that one link by name and the address dump go in one
-        datagram, instead of a dump of every link to find it."""
+    def strict(self) -> bool:
+        """Ask the kernel to check this socket's requests strictly (NETLINK_GET_STRICT_CHK, Linux 4.20): an
+        attribute it does not know in a request is refused, never ignored. False where it cannot."""
+        try:
+            self._sock.setsockopt(_SOL_NETLINK, _NETLINK_GET_STRICT_CHK, 1)
+        except OSError:
+            return False
+        return True
+
+    def addresses_off_loopback(self) -> list[tuple[int, str]]:
+        """`dump_addresses` without those of the namespace's loopback, in one round trip: the lookup of
+        that one link and the address dump go in one datagram, instead of a dump of every link.
+
+        The loopback is found by what the kernel makes it, not by its name: every network namespace's
+        loopback is ifindex 1 (LOOPBACK_IFINDEX), from the namespace's birth to its death (it can be
+        neither deleted nor moved), and carries IFF_LOOPBACK. A name would not do: a pod with
+        CAP_NET_ADMIN may rename its loopback and call another link `lo`, by name or by alternative name
+        (which the kernel's lookup by name matches). An answer about any other link, or a link 1 without
+        IFF_LOOPBACK, fails the read; no link 1 (no kernel does that) leaves nothing out."""
         link_seq, addr_seq = next(self._seq), next(self._seq)
         ext_mask = _nla(IFLA_EXT_MASK, _U32.pack(RTEXT_FILTER_SKIP_STATS))
-        lookup = _IFINFOMSG.pack(socket.AF_UNSPEC, 0, 0, 0, 0) + _nla(IFLA_IFNAME, name.encode() + b"\0") + ext_mask
+        lookup = _IFINFOMSG.pack(socket.AF_UNSPEC, 0, LOOPBACK_IFINDEX, 0, 0) + ext_mask
         self._send(_message(RTM_GETLINK, NLM_F_REQUEST, link_seq, lookup)
                    + _message(RTM_GETADDR, NLM_F_REQUEST | NLM_F_DUMP, addr_seq, _IFADDRMSG.pack(0, 0, 0, 0, 0)))
         skip: int | None = None
@@ -282,23 +307,83 @@ class RtnlSocket:
                 if mseq == link_seq and not looked_up:
                     if mtype == NLMSG_ERROR:
                         try:
-                            _raise_if_error(buf, start, end, f"link {name}")
+                            _raise_if_error(buf, start, end, f"link {LOOPBACK_IFINDEX}")
                         except NetlinkError as e:
                             if e.code not in (errno.ENODEV, errno.ENOENT):
                                 raise
                         looked_up = True
                     elif mtype == RTM_NEWLINK:
-                        link = _parse_link(buf, start, end)
-                        if link.name != name:
-                            raise NetlinkError(f"link {name}: the kernel answered with link {link.name!r}")
-                        skip, looked_up = link.index, True
+                        skip, looked_up = _loopback_index(buf, start, end), True
                 elif mseq == addr_seq and not done:
                     done = self._address_message(buf, mtype, start, end, out)
         return [(index, address) for index, address in out if index != skip]
 
+    def peer_addresses_off_loopback(self, netnsids: Sequence[int]) -> list[list[tuple[int, str]]]:
+        """`addresses_off_loopback` of each namespace that has one of these ids in the socket's namespace,
+        read from here (IFLA_/IFA_TARGET_NETNSID): no socket in each namespace. The lookups of link 1 go a
+        batch to a datagram, then each namespace's address dump (a socket runs one dump at a time).
+
+        Only on a socket made `strict`, so that a kernel that does not know the attributes refuses the
+        requests rather than answering for the socket's own namespace; every answer must also name its
+        id, or the read fails. Any failure fails the whole read (NetlinkError): the socket may still be in
+        a dump, so the caller must not use it again."""
+        out: list[list[tuple[int, str]]] = []
+        for start in range(0, len(netnsids), _LOOKUP_BATCH):
+            chunk = netnsids[start : start + _LOOKUP_BATCH]
+            skips = self._peer_loopbacks(chunk)
+            for nsid, skip in zip(chunk, skips, strict=True):
+                out.append([(i, a) for i, a in self._peer_addresses(nsid) if i != skip])
+        return out
+
+    def _peer_loopbacks(self, netnsids: Sequence[int]) -> list[int | None]:
+        """The loopback's index (link 1, checked as `_loopback_index` checks it) in each namespace, None
+        where there is no link 1."""
+        ext_mask = _nla(IFLA_EXT_MASK, _U32.pack(RTEXT_FILTER_SKIP_STATS))
+        lookup = _IFINFOMSG.pack(socket.AF_UNSPEC, 0, LOOPBACK_IFINDEX, 0, 0) + ext_mask
+        seqs = [next(self._seq) for _ in netnsids]
+        first = seqs[0]
+        self._send(b"".join(_message(RTM_GETLINK, NLM_F_REQUEST, seq, lookup + _nla(IFLA_TARGET_NETNSID,
+                                                                                  _I32.pack(nsid)))
+                            for seq, nsid in zip(seqs, netnsids, strict=True)))
+        answers: dict[int, int | None] = {}
+        while len(answers) < len(seqs):
+            size = self._recv()
+            buf = self._buf
+            for mtype, _flags, mseq, start, end in _messages(buf, size):
+                slot = mseq - first
+                if not 0 <= slot < len(seqs) or mseq in answers:
+                    continue
+                if mtype == NLMSG_ERROR:
+                    try:
+                        _raise_if_error(buf, start, end, f"link {LOOPBACK_IFINDEX}")
+                    except NetlinkError as e:
+                        if e.code not in (errno.ENODEV, errno.ENOENT):
+                            raise
+                    answers[mseq] = None
+                elif mtype == RTM_NEWLINK:
+                    if _link_target(buf, start, end) != netnsids[slot]:
+                        raise NetlinkError(f"link {LOOPBACK_IFINDEX}: the answer does not name netnsid "
+                                           f"{netnsids[slot]}")
+                    answers[mseq] = _loopback_index(buf, start, end)
+        return [answers[seq] for seq in seqs]
+
+    def _peer_addresses(self, netnsid: int) -> list[tuple[int, str]]:
+        seq = next(self._seq)
+        target = _I32.pack(netnsid)
+        body = _IFADDRMSG.pack(0, 0, 0, 0, 0) + _nla(IFA_TARGET_NETNSID, target)
+        self._send(_message(RTM_GETADDR, NLM_F_REQUEST | NLM_F_DUMP, seq, body))
+        out: list[tuple[int, str]] = []
+        while True:
+            size = self._recv()
+            buf = self._buf
+            for mtype, _flags, mseq, start, end in _messages(buf, size):
+                if mseq == seq and self._address_message(buf, mtype, start, end, out, target=target):
+                    return out
+
     def _address_message(self, buf: bytearray, mtype: int, start: int, end: int,
-                         out: list[tuple[int, str]]) -> bool:
-        """One message of an address dump into `out`; True at its end."""
+                         out: list[tuple[int, str]], *, target: bytes = b"") -> bool:
+        """One message of an address dump into `out`; True at its end. `target`: the IFA_TARGET_NETNSID
+        payload every address must carry (none when empty)."""
         if mtype in (NLMSG_DONE, NLMSG_ERROR):
             _raise_if_error(buf, start, end, "address dump")
             return mtype == NLMSG_DONE
@@ -307,7 +392,9 @@ class RtnlSocket:
                 raise NetlinkError("truncated address message")
             family, _plen, _flags2, _scope, index = _IFADDRMSG.unpack_from(buf, start)
             found = {t: bytes(buf[a:b]) for t, a, b in _attrs(buf, start + _IFADDRMSG.size, end)
-                     if t in (IFA_LOCAL, IFA_ADDRESS)}
+                     if t in (IFA_LOCAL, IFA_ADDRESS, IFA_TARGET_NETNSID)}
+            if target and found.get(IFA_TARGET_NETNSID) != target:
+                raise NetlinkError(f"address dump: an address does not name netnsid {_I32.unpack(target)[0]}")
             raw = found.get(IFA_LOCAL) or found.get(IFA_ADDRESS)
             if raw is not None and family in (socket.AF_INET, socket.AF_INET6):
                 out.append((index, socket.inet_ntop(family, raw)))
@@ -660,6 +747,36 @@ def _parse_link(buf: bytearray, start: int, end: int) -> RawLink:
         kind,
         _u32(buf, *group) if group is not None else None,
     )
+
+
+def _loopback_index(buf: bytearray, start: int, end: int) -> int:
+    """The index of the link message answering the lookup of the loopback: LOOPBACK_IFINDEX, or an error
+    when the message is about another link or one without IFF_LOOPBACK."""
+    if end - start < _IFINFOMSG.size:
+        raise NetlinkError("truncated link message header")
+    index: int
+    flags: int
+    _family, _type, index, flags, _change = _IFINFOMSG.unpack_from(buf, start)
+    if index != LOOPBACK_IFINDEX or not flags & IFF_LOOPBACK:
+        raise NetlinkError(f"link {LOOPBACK_IFINDEX}: the kernel answered with link {index} (flags {flags:#x}), "
+                           "not the loopback")
+    return index
+
+
+def _link_target(buf: bytearray, start: int, end: int) -> int | None:
+    """IFLA_TARGET_NETNSID of a link message; the walk stops at it (the kernel puts it among the first)."""
+    if end - start < _IFINFOMSG.size:
+        raise NetlinkError("truncated link message header")
+    unpack = _NLA_HDR.unpack_from
+    off = start + _IFINFOMSG.size
+    while off + 4 <= end:
+        length, atype = unpack(buf, off)
+        if length < 4 or off + length > end:
+            raise NetlinkError(f"attribute {atype & _NLA_TYPE_MASK} of length {length} overruns its message")
+        if atype & _NLA_TYPE_MASK == IFLA_TARGET_NETNSID:
+            return _i32(buf, off + 4, off + length)
+        off += (length + 3) & ~3
+    return None
 
 
 def _parse_nsid(buf: bytearray, start: int, end: int) -> int | NetlinkError:

@@ -23,7 +23,7 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-from nodegc.hostio.libc import unique_mount
+from nodegc.hostio.libc import unique_mount, unique_mounts
 from nodegc.hostio.netlink import NetlinkError, RawLink, RtnlSocket
 from nodegc.model.resources import Kind, NetnsEntry, ReadProblem, VethLink
 
@@ -120,8 +120,8 @@ def _netnsids(
     answers: list[int | ReadProblem | None] = [None] * len(mounted)
     kept: dict[_Key, int] = {}
     asked: list[int] = []
-    for slot, entry in enumerate(mounted):
-        key = _key_now(entry) if known else None
+    keys = _keys_now(mounted) if known else [None] * len(mounted)
+    for slot, key in enumerate(keys):
         if key is not None and key in known:
             answers[slot] = kept[key] = known[key]
         else:
@@ -149,17 +149,15 @@ def _netnsids(
     return ids
 
 
-def _key_now(entry: NetnsEntry) -> _Key | None:
-    """The key of the mount the entry's path resolves to now, if it still shows the namespace scanned."""
-    if entry.ns_inode is None:
-        return None
-    try:
-        stamp = unique_mount(entry.path)
-    except OSError:
-        return None
-    if stamp is None or stamp[0] != entry.ns_inode:
-        return None
-    return entry.path, stamp[0], stamp[1]
+def _keys_now(entries: Sequence[NetnsEntry]) -> list[_Key | None]:
+    """The key of the mount each entry's path resolves to now, where it still shows the namespace scanned."""
+    out: list[_Key | None] = []
+    for entry, stamp in zip(entries, unique_mounts([entry.path for entry in entries]), strict=True):
+        if entry.ns_inode is None or stamp is None or isinstance(stamp, OSError) or stamp[0] != entry.ns_inode:
+            out.append(None)
+        else:
+            out.append((entry.path, stamp[0], stamp[1]))
+    return out
 
 
 def _query_batch(rtnl: RtnlSocket, entries: Sequence[NetnsEntry]) -> list[tuple[int | ReadProblem, _Key | None]]:

@@ -14,6 +14,7 @@ import ipaddress
 import os
 import re
 import stat
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -130,6 +131,29 @@ def _mount_points(mounts: Sequence[Mount], netns_dir: Path) -> tuple[frozenset[s
     """
     configured = os.path.normpath(os.fsdecode(netns_dir))
     resolved = os.path.realpath(configured)
+    if not isinstance(mounts, tuple):
+        return _points_below(mounts, configured, resolved)
+    with _points_lock:
+        last = _last_points.get((configured, resolved))
+    if last is not None and last[0] is mounts:
+        return last[1]
+    found = _points_below(mounts, configured, resolved)
+    with _points_lock:
+        if len(_last_points) >= 4:
+            _last_points.clear()
+        _last_points[(configured, resolved)] = (mounts, found)
+    return found
+
+
+_Points = tuple[frozenset[str], frozenset[str]]
+_last_points: dict[tuple[str, str], tuple[tuple[Mount, ...], _Points]] = {}
+"""The last answer per directory (as configured, as resolved now), with the very mount table it came from:
+the scan's table is the same object while its bytes are unchanged (`read_mounts(reuse=True)`), and a
+tuple cannot change, so the same object gives the same answer."""
+_points_lock = threading.Lock()
+
+
+def _points_below(mounts: Sequence[Mount], configured: str, resolved: str) -> _Points:
     nsfs: set[str] = set()
     other: set[str] = set()
     # A point whose parent is one of the two dirs holds that dir's last name as written: normpath only
@@ -195,6 +219,7 @@ def _read_entry(
     return entry, problem
 
 
+@functools.lru_cache(maxsize=4096)
 def _odd_name(name: str) -> str | None:
     """Names `ip netns` and the runtimes never create; such a file is reported, not inventoried."""
     if name.startswith("."):
@@ -212,7 +237,8 @@ def read_netns_addresses(path: Path) -> tuple[str, ...]:
     """Addresses inside the namespace, for tying a namespace without a CNI cache entry to a pod.
 
     Read on nodegc's own netlink socket opened in the namespace (never creates the file, never forks);
-    loopback and link-local addresses, and any address on the loopback interface, are left out.
+    loopback and link-local addresses, and any address on the namespace's loopback (ifindex 1, whatever
+    its name; not a link renamed `lo`), are left out.
     """
     try:
         rtnl = RtnlSocket.open(path)
@@ -221,27 +247,84 @@ def read_netns_addresses(path: Path) -> tuple[str, ...]:
     return _addresses(rtnl, path)
 
 
-def read_netns_addresses_many(paths: Sequence[Path]) -> list[tuple[str, ...] | NetnsReadError]:
-    """`read_netns_addresses` of each path, in order: the sockets are opened by one thread for all."""
-    out: list[tuple[str, ...] | NetnsReadError] = []
-    for path, rtnl in zip(paths, open_many(paths), strict=True):
+def read_netns_addresses_many(
+    paths: Sequence[Path], *, node_ns: Path | None = None, by_netnsid: bool = True
+) -> list[tuple[str, ...] | NetnsReadError]:
+    """`read_netns_addresses` of each path, in order.
+
+    A namespace that has an id (netnsid) in the node's namespace `node_ns` (None: nodegc's own) is read
+    from there, over one socket that names the id in its requests (IFA_TARGET_NETNSID, Linux 4.20): no
+    setns and no socket per namespace. The file stays open while its namespace is read, so the id names
+    that namespace throughout (an id is given back only when its namespace dies). Every other namespace
+    (no id: no veth ties it to the node; a kernel that cannot; any error) is entered, its socket opened by
+    one thread for all. `by_netnsid=False` enters every namespace.
+    """
+    out: list[tuple[str, ...] | NetnsReadError | None] = [None] * len(paths)
+    if by_netnsid and paths:
+        _read_by_netnsid(paths, out, node_ns)
+    rest = [i for i, found in enumerate(out) if found is None]
+    entered = [paths[i] for i in rest]
+    for i, path, rtnl in zip(rest, entered, open_many(entered), strict=True):
         if isinstance(rtnl, NetlinkError):
-            out.append(NetnsReadError(f"cannot read addresses in netns {os.fsdecode(path)}: {rtnl}"))
+            out[i] = NetnsReadError(f"cannot read addresses in netns {os.fsdecode(path)}: {rtnl}")
             continue
         try:
-            out.append(_addresses(rtnl, path))
+            out[i] = _addresses(rtnl, path)
         except NetnsReadError as e:
-            out.append(e)
-    return out
+            out[i] = e
+    return [found for found in out if found is not None]
+
+
+_NSID_MAX = 2**31 - 1
+"""Ids above this are the unsigned spelling of -1 (NETNSA_NSID_NOT_ASSIGNED)."""
+_BATCH = 64
+"""Netns files open at once while their ids are asked and their addresses read."""
+
+
+def _read_by_netnsid(paths: Sequence[Path], out: list[tuple[str, ...] | NetnsReadError | None],
+                     node_ns: Path | None) -> None:
+    """Fill `out` for each path read through its netnsid in `node_ns`; leave None where it was not (after
+    any error the socket is not used again: a dump it abandoned may still be running)."""
+    try:
+        rtnl = RtnlSocket.open(node_ns)
+    except (NetlinkError, OSError):
+        return
+    with rtnl:
+        if not rtnl.strict():
+            return
+        for start in range(0, len(paths), _BATCH):
+            fds: dict[int, int] = {}  # slot -> fd
+            try:
+                for i in range(start, min(start + _BATCH, len(paths))):
+                    try:
+                        # as entering it opens it: whatever namespace the path names now
+                        fds[i] = os.open(paths[i], os.O_RDONLY | os.O_CLOEXEC)
+                    except OSError:
+                        continue  # entering it fails alike, and says why
+                ids = rtnl.netnsids(list(fds.values()))
+                known = [(i, nsid) for i, nsid in zip(fds, ids, strict=True)
+                         if isinstance(nsid, int) and 0 <= nsid <= _NSID_MAX]
+                read = rtnl.peer_addresses_off_loopback([nsid for _, nsid in known])
+                for (i, _), addresses in zip(known, read, strict=True):
+                    out[i] = _kept(addresses)
+            except NetlinkError:
+                return  # the rest is entered
+            finally:
+                for fd in fds.values():
+                    os.close(fd)
 
 
 def _addresses(rtnl: RtnlSocket, path: Path) -> tuple[str, ...]:
     """The addresses `rtnl` (in the namespace of `path`) dumps, loopback and link-local left out; closes it."""
     try:
         with rtnl:
-            addresses = rtnl.addresses_off_link("lo")
+            addresses = rtnl.addresses_off_loopback()
     except (NetlinkError, OSError) as e:
         raise NetnsReadError(f"cannot read addresses in netns {os.fsdecode(path)}: {e}") from e
+    return _kept(addresses)
+
+
+def _kept(addresses: list[tuple[int, str]]) -> tuple[str, ...]:
     out: list[str] = []
     for _index, raw in addresses:
         ip = _pod_address(raw)

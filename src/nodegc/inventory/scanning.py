@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -145,7 +146,8 @@ def _read_host(roots: Roots, taken_at: datetime, rules_read: Future[_Rules], *,
         more, found = scan_runtime_netns(runtime_state_dir, mounts, netns_dir=roots.netns_dir)
         netns += more
         problems += found
-    netns, unread = _with_addresses(netns, {k for e in cache if (k := netns_key(e.netns)) is not None})
+    net_ns = os.fsdecode(roots.net_ns) if roots.net_ns is not None else None
+    netns, unread = _with_addresses(netns, {k for e in cache if (k := netns_key(e.netns)) is not None}, net_ns)
     problems += unread
     veths, found = scan_veths(netns_entries=netns, net_ns=roots.net_ns)
     problems += found
@@ -173,6 +175,7 @@ def _read_host(roots: Roots, taken_at: datetime, rules_read: Future[_Rules], *,
         problems=tuple(problems),
         ip_ranges=ranges,
         ip_range_problems=range_problems,
+        net_ns=net_ns,
     )
 
 
@@ -187,23 +190,26 @@ def with_netns_addresses(inventory: Inventory, paths: set[str]) -> Inventory:
     wanted = {key for i, key in unread if inventory.netns[i].path in paths}
     if not wanted:
         return inventory
-    netns, problems = _read_addresses(inventory.netns, [i for i, key in unread if key in wanted])
+    netns, problems = _read_addresses(inventory.netns, [i for i, key in unread if key in wanted], inventory.net_ns)
     return dataclasses.replace(inventory, netns=netns, problems=inventory.problems + tuple(problems))
 
 
 def _with_addresses(
-    entries: tuple[NetnsEntry, ...], referenced: set[str]
+    entries: tuple[NetnsEntry, ...], referenced: set[str], net_ns: str | None
 ) -> tuple[tuple[NetnsEntry, ...], list[ReadProblem]]:
     """Only a namespace no cache entry names needs its addresses: they are its last link to a pod."""
     return _read_addresses(entries, [i for i, entry in enumerate(entries)
                                      if entry.mounted and not entry.addresses_read
-                                     and entry_key(entry) not in referenced])
+                                     and entry_key(entry) not in referenced], net_ns)
 
 
 def _read_addresses(
-    entries: tuple[NetnsEntry, ...], wanted: list[int]
+    entries: tuple[NetnsEntry, ...], wanted: list[int], net_ns: str | None
 ) -> tuple[tuple[NetnsEntry, ...], list[ReadProblem]]:
-    read = read_netns_addresses_many([Path(entries[i].path) for i in wanted])
+    if not wanted:
+        return entries, []
+    read = read_netns_addresses_many([Path(entries[i].path) for i in wanted],
+                                     node_ns=Path(net_ns) if net_ns is not None else None)
     out = list(entries)
     problems: list[ReadProblem] = []
     for i, found in zip(wanted, read, strict=True):

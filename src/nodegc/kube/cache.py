@@ -26,7 +26,7 @@ import lightkube
 from lightkube.resources.core_v1 import Pod as PodResource
 
 from nodegc.api.errors import KubeError
-from nodegc.api.objects import object_resource_version, pod_from_object
+from nodegc.api.objects import POD_FIELDS, object_resource_version, pod_from_object
 from nodegc.api.reflector import CacheUnusable, CacheView, Reflector
 from nodegc.hostio.clock import utcnow
 from nodegc.model.pods import Pod
@@ -109,7 +109,7 @@ class ClusterCache:
             key=lambda e: f"{e.namespace}/{e.name}", client=client, clock=clock, rng=rng,
             thread_name="reflector-endpointslices", **reflector_options)
         self.pods: Reflector[PodEntry] = Reflector(
-            PodResource, what="pods", noun="pod", parse=parse_pod_entry,
+            PodResource, what="pods", noun="pod", parse=parse_pod_entry, shape=POD_FIELDS,
             key=lambda e: f"{e.namespace}/{e.name}", client=client, clock=clock, rng=rng,
             thread_name="reflector-pods", **reflector_options)
 

@@ -28,7 +28,7 @@ from lightkube.types import PatchType
 
 from nodegc import defaults
 from nodegc.api.errors import KubeError, call
-from nodegc.api.objects import pod_from_object, slice_from_object
+from nodegc.api.objects import POD_FIELDS, pod_from_object, slice_from_object
 from nodegc.api.reads import CHUNK_SIZE, get_live, list_all
 from nodegc.kube.cache import ClusterCache
 from nodegc.kube.events import EventRecorder, EventType, ObjectRef
@@ -152,7 +152,8 @@ class EndpointSliceSweeper:
 
     def _pod_index(self, report: SweepReport) -> PodIndex:
         """Every pod of the cluster; a namespace holding a pod we cannot identify proves no absence."""
-        objects, _rv = list_all(self._client, PodResource, what="listing pods", chunk_size=self.options.chunk_size)
+        objects, _rv = list_all(self._client, PodResource, what="listing pods", chunk_size=self.options.chunk_size,
+                                shape=POD_FIELDS)
         pods: list[Pod] = []
         unknown: set[str] = set()
         for obj in objects:
@@ -172,7 +173,7 @@ class EndpointSliceSweeper:
 
     def _live_pod(self, namespace: str, name: str) -> Pod | None:
         obj = get_live(self._client, PodResource, namespace=namespace, name=name,
-                       what=f"getting pod {namespace}/{name}")
+                       what=f"getting pod {namespace}/{name}", shape=POD_FIELDS)
         if obj is None:
             return None
         try:

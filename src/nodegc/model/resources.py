@@ -248,3 +248,6 @@ class Inventory:
     runtime: RuntimeView | None = None
     firewall_rules: tuple[FirewallRule, ...] = ()
     """What the container runtime said; None when no runtime is configured or its socket is absent."""
+    net_ns: str | None = None
+    """The network namespace file the node's links were read in (None: nodegc's own); the addresses of a
+    namespace with an id there are read through it."""

@@ -51,14 +51,80 @@ class CorrelationPolicy:
 
 
 @dataclass
+class Clock:
+    """A correlation's time, and what its verdicts asked of it.
+
+    `now` (the scan's time) and `photo` (the desired state's): a verdict compares a record's age with
+    min(now, photo) less an offset through `since`, `after` or `before`, which keep the extreme record
+    time of each (offset, comparison, answer); anything else that reads the time itself (an evidence text
+    that names an age, the runtime's horizons) goes through `Context.now` and `Context.photo`, which mark
+    the correlation as reading the exact time. `answers_alike` says whether another time would have given
+    every answer the same: then the correlation's findings are those of that time (`planning.remembered`)."""
+
+    now: float
+    photo: float
+    exact: bool = False
+    """The time itself was read: only the very same time answers alike."""
+    asked: dict[tuple[float, str, bool], float] = field(default_factory=dict)
+    """(offset, comparison, answer) -> the record time nearest to the threshold that gave that answer."""
+
+    def since(self, t: float, offset: float) -> bool:
+        """t >= min(now, photo) - offset."""
+        got = t >= min(self.now, self.photo) - offset
+        self._asked(offset, ">=", got, t)
+        return got
+
+    def after(self, t: float, offset: float) -> bool:
+        """t > min(now, photo) - offset."""
+        got = t > min(self.now, self.photo) - offset
+        self._asked(offset, ">", got, t)
+        return got
+
+    def before(self, t: float, offset: float) -> bool:
+        """t < min(now, photo) - offset."""
+        got = t < min(self.now, self.photo) - offset
+        self._asked(offset, "<", got, t)
+        return got
+
+    def _asked(self, offset: float, op: str, got: bool, t: float) -> None:
+        if t != t:  # noqa: PLR0124 (NaN: every such comparison is False, whatever the threshold)
+            return
+        key = (offset, op, got)
+        kept = self.asked.get(key)
+        # The answer holds for another threshold when it holds for the record time nearest to it: the
+        # smallest time answering "at or after" / "after" yes, or "before" no; the largest otherwise.
+        smallest = got is (op != "<")
+        if kept is None or (t < kept if smallest else t > kept):
+            self.asked[key] = t
+
+    def answers_alike(self, now: float, photo: float) -> bool:
+        """Whether (now, photo) answers every question this clock was asked as it did."""
+        if self.exact:
+            return now == self.now and photo == self.photo
+        for (offset, op, got), t in self.asked.items():
+            threshold = min(now, photo) - offset
+            if op == ">=":
+                same = t >= threshold if got else t < threshold
+            elif op == ">":
+                same = t > threshold if got else t <= threshold
+            else:
+                same = t < threshold if got else t >= threshold
+            if not same:
+                return False
+        return True
+
+    def copy(self) -> Clock:
+        return Clock(self.now, self.photo, self.exact, dict(self.asked))
+
+
+@dataclass
 class Context:
     inv: Inventory
     desired: DesiredState
     pods: PodIndex
     cache: CacheIndex
-    now: float
-    photo: float
-    """When the desired state was taken: nothing born after it (less the minimum age) is in it."""
+    clock: Clock
+    """The scan's time and the desired state's (`now`, `photo`), and what the verdicts asked of them."""
     policy: CorrelationPolicy
     findings: list[Finding] = field(default_factory=list)
     reservations_by_cid: dict[str, list[tuple[IPReservation, Finding]]] = field(
@@ -103,8 +169,10 @@ class Context:
         inventory may differ in its network namespaces only (detect's second pass, after it read their
         addresses): what depends on nothing else is taken from it instead of being built again."""
         if previous is not None and previous.same_but_netns(inv, desired, now, policy):
-            return cls(inv=inv, desired=desired, pods=previous.pods, cache=previous.cache, now=previous.now,
-                       photo=previous.photo, policy=policy, unaccounted=previous.unaccounted,
+            # What is taken from the previous correlation answered its clock's questions: this one's
+            # clock carries them on.
+            return cls(inv=inv, desired=desired, pods=previous.pods, cache=previous.cache,
+                       clock=previous.clock.copy(), policy=policy, unaccounted=previous.unaccounted,
                        unreadable_cache=_unreadable_cache(inv), netns_by_key=_netns_by_key(inv),
                        resolutions=previous.resolutions, unexplained_pod_dir=previous.unexplained_pod_dir,
                        netns_unreadable=_netns_unreadable(inv), unmirrored=previous.unmirrored,
@@ -122,8 +190,8 @@ class Context:
                 explained.add(res.pod.uid)
         unaccounted = [p for p in desired.pods if p.state is OwnerState.LIVE and not p.host_network
                        and p.uid not in explained]
-        return cls(inv=inv, desired=desired, pods=pods, cache=cache, now=now.timestamp(),
-                   photo=desired.fetched_at.timestamp(), policy=policy, unaccounted=unaccounted,
+        return cls(inv=inv, desired=desired, pods=pods, cache=cache,
+                   clock=Clock(now.timestamp(), desired.fetched_at.timestamp()), policy=policy, unaccounted=unaccounted,
                    unreadable_cache=_unreadable_cache(inv), netns_by_key=_netns_by_key(inv), resolutions=resolutions,
                    unexplained_pod_dir=next((f"pod directory {d.path} of a pod the desired state lacks is still there"
                                              for d in inv.pod_dirs
@@ -136,7 +204,7 @@ class Context:
         """Whether a correlation of `inv` sees what this one saw, its network namespaces aside: the same
         desired state, time and policy, the very same records of every other kind and the same read
         problems of every other kind."""
-        return (desired is self.desired and now.timestamp() == self.now and policy == self.policy
+        return (desired is self.desired and now.timestamp() == self.clock.now and policy == self.policy
                 and all(getattr(inv, name) is getattr(self.inv, name) for name in _NOT_NETNS)
                 and _not_netns(inv.problems) == _not_netns(self.inv.problems))
 
@@ -180,15 +248,24 @@ class Context:
         self.findings.append(finding)
         return finding
 
-    @functools.cached_property
-    def cutoff(self) -> float:
-        """Only what is older than this can be residue: the minimum age, counted back from the photo's
-        time (the desired state cannot know a pod born after it was taken), never from a later scan."""
-        return min(self.now, self.photo) - self.policy.min_age_seconds
+    @property
+    def now(self) -> float:
+        """The scan's time, read as such (an evidence text that names an age): see `Clock`."""
+        self.clock.exact = True
+        return self.clock.now
+
+    @property
+    def photo(self) -> float:
+        """When the desired state was taken: nothing born after it (less the minimum age) is in it. Read as
+        such: see `Clock`."""
+        self.clock.exact = True
+        return self.clock.photo
 
     def young(self, mtime: float | None) -> bool:
-        """Missing age protects: a resource whose age is unknown might be brand new."""
-        return mtime is None or mtime >= self.cutoff
+        """Missing age protects: a resource whose age is unknown might be brand new. Only what is older
+        than the minimum age, counted back from the photo's time (the desired state cannot know a pod born
+        after it was taken), never from a later scan, can be residue."""
+        return mtime is None or self.clock.since(mtime, self.policy.min_age_seconds)
 
     def age_note(self, mtime: float | None) -> str:
         if mtime is None:

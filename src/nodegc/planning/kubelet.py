@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import replace
 
-from nodegc.model.findings import Finding, FindingClass
+from nodegc.model.findings import Finding, FindingClass, Owner
 from nodegc.model.pods import OwnerState
 from nodegc.model.resources import Kind, PodDir, PodLogDir
 from nodegc.planning.context import GONE, HOLDING, Context
@@ -27,39 +26,47 @@ def _pod_dir(ctx: Context, pod_dir: PodDir, logs: dict[str, PodLogDir]) -> None:
     res = ctx.pods.resolve_uid(pod_dir.uid)
     if res.state is OwnerState.ABSENT:
         res = _named(ctx, res, logs)
-    evidence = res.evidence
+    owner, state, evidence = res.owner, res.state, res.evidence
+    add = ctx.findings.append
     static = None
-    if res.state is OwnerState.ABSENT:
-        static = ctx.static_owner(uid=pod_dir.uid, namespace=res.owner.namespace, name=res.owner.name,
+    if state is OwnerState.ABSENT:
+        static = ctx.static_owner(uid=pod_dir.uid, namespace=owner.namespace, name=owner.name,
                                   containers=pod_dir.container_names, mtime=pod_dir.mtime)
+    young = ctx.young(pod_dir.mtime) if state in GONE and static is None else False
     if static is not None:
         cls = FindingClass.PROTECTED
-        evidence += (static,)
-    elif res.state is OwnerState.ABSENT:
-        if ctx.young(pod_dir.mtime):
-            cls = FindingClass.PROTECTED
-            evidence += (ctx.age_note(pod_dir.mtime),)
+        add(Finding(cls, Kind.POD_DIR, pod_dir.path, owner, state, (*evidence, static)))
+    elif state is OwnerState.ABSENT:
+        if young:
+            add(Finding(FindingClass.PROTECTED, Kind.POD_DIR, pod_dir.path, owner, state,
+                        (*evidence, ctx.age_note(pod_dir.mtime))))
+        elif pod_dir.mounts_below:
+            add(Finding(FindingClass.ORPHANED_POD_DIR, Kind.POD_DIR, pod_dir.path, owner, state,
+                        (*evidence, f"{len(pod_dir.mounts_below)} mounts still below it; removal waits for them")))
         else:
-            cls = FindingClass.ORPHANED_POD_DIR
-            if pod_dir.mounts_below:
-                evidence += (f"{len(pod_dir.mounts_below)} mounts still below it; removal waits for them",)
+            add(Finding(FindingClass.ORPHANED_POD_DIR, Kind.POD_DIR, pod_dir.path, owner, state, evidence))
     else:
         # The kubelet removes a pod's directory only after the pod is deleted, terminal or not.
-        cls = FindingClass.IN_USE
-    ctx.add(Finding(cls, Kind.POD_DIR, pod_dir.path, res.owner, res.state, evidence))
+        add(Finding(FindingClass.IN_USE, Kind.POD_DIR, pod_dir.path, owner, state, evidence))
+    if state not in GONE:
+        for volume in pod_dir.volumes:
+            if volume.mount_id is not None:
+                add(Finding(FindingClass.IN_USE, Kind.VOLUME_MOUNT, volume.path, owner, state,
+                            (*evidence, f"{volume.fs_type or '?'} mount id {volume.mount_id}")))
+        return
     for volume in pod_dir.volumes:
-        if not volume.mounted:
+        if volume.mount_id is None:
             continue
-        what = f"{volume.fs_type or '?'} mount id {volume.mount_id}"
-        vev = (*res.evidence, what)
+        vev = (*evidence, f"{volume.fs_type or '?'} mount id {volume.mount_id}")
         # Terminal pods no longer use volumes: the kubelet tears them down at termination.
-        vcls = FindingClass.ORPHANED_VOLUME_MOUNT if res.state in GONE else FindingClass.IN_USE
-        if vcls.is_residue and static is not None:
-            vcls, vev = FindingClass.PROTECTED, (*vev, static)
-        elif vcls.is_residue and ctx.young(pod_dir.mtime):
+        if static is not None:
+            add(Finding(FindingClass.PROTECTED, Kind.VOLUME_MOUNT, volume.path, owner, state, (*vev, static)))
+        elif young:
             # A mount carries no age; a pod newer than the pod list has a young directory.
-            vcls, vev = FindingClass.PROTECTED, (*vev, "pod directory " + ctx.age_note(pod_dir.mtime))
-        ctx.add(Finding(vcls, Kind.VOLUME_MOUNT, volume.path, res.owner, res.state, vev))
+            add(Finding(FindingClass.PROTECTED, Kind.VOLUME_MOUNT, volume.path, owner, state,
+                        (*vev, "pod directory " + ctx.age_note(pod_dir.mtime))))
+        else:
+            add(Finding(FindingClass.ORPHANED_VOLUME_MOUNT, Kind.VOLUME_MOUNT, volume.path, owner, state, vev))
 
 
 def _named(ctx: Context, res: Resolution, logs: dict[str, PodLogDir]) -> Resolution:
@@ -67,14 +74,14 @@ def _named(ctx: Context, res: Resolution, logs: dict[str, PodLogDir]) -> Resolut
     so that terminate can ask the API for it: a list that silently left a live pod out is then caught by
     the live GET of that pod (same UID: it exists), not trusted."""
     uid = res.owner.uid
-    for entry in ctx.cache.by_uid.get(uid or "", []):
+    for entry in ctx.cache.by_uid.get(uid or "", ()):
         if entry.pod_namespace and entry.pod_name:
-            owner = replace(res.owner, namespace=entry.pod_namespace, name=entry.pod_name)
-            return replace(res, owner=owner, evidence=(*res.evidence, f"its cache entry names {owner.label()}"))
+            owner = Owner(uid, entry.pod_namespace, entry.pod_name, res.owner.container_id)
+            return Resolution(owner, res.state, (*res.evidence, f"its cache entry names {owner.label()}"), res.pod)
     log_dir = logs.get(uid) if uid is not None else None
     if log_dir is not None:
-        owner = replace(res.owner, namespace=log_dir.namespace, name=log_dir.name)
-        return replace(res, owner=owner, evidence=(*res.evidence, f"its log directory names {owner.label()}"))
+        owner = Owner(uid, log_dir.namespace, log_dir.name, res.owner.container_id)
+        return Resolution(owner, res.state, (*res.evidence, f"its log directory names {owner.label()}"), res.pod)
     return res
 
 

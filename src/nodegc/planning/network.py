@@ -237,8 +237,8 @@ def _cache_for(ctx: Context, container_id: str | None, network: str | None) -> l
     entries = ctx.cache.by_container.get(container_id) if container_id else None
     if not entries:
         return []
-    if network is None:
-        return entries
+    if network is None or len(entries) == 1:
+        return entries  # one entry: of that network, or the only one there is
     same_net = [e for e in entries if e.network == network]
     return same_net or entries
 
@@ -349,7 +349,7 @@ def _settling(ctx: Context, r: IPReservation) -> str | None:
     """The cache entry is written when ADD ends; until the kubelet would have given up on the ADD, a
     reservation without one may be a sandbox still being set up."""
     settle = max(ctx.policy.add_settle_seconds, ctx.policy.min_age_seconds)
-    if r.mtime < min(ctx.now, ctx.photo) - settle:
+    if ctx.clock.before(r.mtime, settle):
         return None
     return f"no cache entry yet and {ctx.now - r.mtime:.0f}s old: its CNI ADD may still run (kept {settle:.0f}s)"
 

@@ -11,6 +11,7 @@ import hashlib
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from nodegc.model.addresses import normalized_ip
 from nodegc.model.findings import Owner
@@ -39,12 +40,14 @@ CRI_NETNS_SUBDIR = "io.containerd.grpc.v1.cri/netns"
 """Where containerd keeps netns files under its state dir (`netns_mounts_under_state_dir = true`)."""
 
 
+@functools.lru_cache(maxsize=16384)
 def netns_key(path: str | None) -> str | None:
     """Runtimes name the same namespace as /var/run/netns/x or /run/netns/x; the file name is the key.
     A file of containerd's state dir (`<state>/io.containerd.grpc.v1.cri/netns/x`) keys as
     `io.containerd.grpc.v1.cri/netns/x`: the state dir may be seen at another path than the runtime's
     (a container's mount), but it is never the same file as /run/netns/x. Any other path (e.g.
-    /proc/<pid>/ns/net, whose file name says nothing) keys by the full path."""
+    /proc/<pid>/ns/net, whose file name says nothing) keys by the full path. Remembered: the same paths
+    come back scan after scan, and every correlation asks for each several times."""
     if not path:
         return None
     path = path.rstrip("/")
@@ -64,9 +67,9 @@ def entry_key(ns: NetnsEntry) -> str:
     return f"{CRI_NETNS_SUBDIR}/{ns.name}" if in_state_dir else ns.name
 
 
-@dataclass(frozen=True)
-class Resolution:
-    """An owner, its state, and the reasons we believe it."""
+class Resolution(NamedTuple):
+    """An owner, its state, and the reasons we believe it (a tuple: a scan makes one per cache entry and
+    per pod directory, and a tuple is the cheapest immutable record to make)."""
 
     owner: Owner
     state: OwnerState
@@ -148,29 +151,25 @@ class CacheIndex:
 
 def resolve_cache_owner(entry: CNICacheEntry, pods: PodIndex) -> Resolution:
     """The pod a cache entry names: by UID when present, else by name only when status confirms it."""
-    base = (f"cni cache {entry.network}-{entry.container_id[:12]}-{entry.ifname}",)
     cid = entry.container_id
+    base = f"cni cache {entry.network}-{cid[:12]}-{entry.ifname}"
     if entry.pod_uid:
         res = pods.resolve_uid(entry.pod_uid)
-        owner = Owner(
-            uid=entry.pod_uid,
-            namespace=entry.pod_namespace or res.owner.namespace,
-            name=entry.pod_name or res.owner.name,
-            container_id=cid,
-        )
-        return Resolution(owner, res.state, base + (f"names pod uid {entry.pod_uid}",) + res.evidence, res.pod)
+        owner = Owner(entry.pod_uid, entry.pod_namespace or res.owner.namespace, entry.pod_name or res.owner.name,
+                      cid)
+        return Resolution(owner, res.state, (base, f"names pod uid {entry.pod_uid}", *res.evidence), res.pod)
     if entry.pod_namespace and entry.pod_name:
         owner = Owner(namespace=entry.pod_namespace, name=entry.pod_name, container_id=cid)
         candidates = pods.by_name.get((entry.pod_namespace, entry.pod_name), [])
         if not candidates:
-            evidence = (f"names pod {owner.label()} without uid", "no pod of that name on this node")
-            return Resolution(owner, OwnerState.ABSENT, base + evidence)
+            return Resolution(owner, OwnerState.ABSENT, (base, f"names pod {owner.label()} without uid",
+                                                         "no pod of that name on this node"))
         # Without a UID the pod of that name may be a newer incarnation: only its status can tie it.
         for pod in candidates:
             if pod.state is not OwnerState.TERMINAL and set(entry.ips) & set(pod.pod_ips):
-                evidence = (f"names pod {owner.label()} without uid", "that pod's status claims the same IP")
                 tied = Owner(uid=pod.uid, namespace=pod.namespace, name=pod.name, container_id=cid)
-                return Resolution(tied, pod.state, base + evidence, pod)
-        evidence = (f"names pod {owner.label()} without uid", "a pod of that name exists; cannot tie it")
-        return Resolution(owner, OwnerState.UNKNOWN, base + evidence)
-    return Resolution(Owner(container_id=cid), OwnerState.UNKNOWN, base + ("names no pod",))
+                return Resolution(tied, pod.state, (base, f"names pod {owner.label()} without uid",
+                                                    "that pod's status claims the same IP"), pod)
+        return Resolution(owner, OwnerState.UNKNOWN, (base, f"names pod {owner.label()} without uid",
+                                                      "a pod of that name exists; cannot tie it"))
+    return Resolution(Owner(container_id=cid), OwnerState.UNKNOWN, (base, "names no pod"))

@@ -224,9 +224,7 @@ def reconcile(
         identity = idents.get(key, ())
         if not f.cls.is_residue:
             if item is not None and item.phase in _ACTIVE:
-                reason = f"no longer residue: {f.cls.value}"
-                out.append(Transition(dataclasses.replace(item, phase=Phase.RELEASED, last_seen=now,
-                                                          finding_class=f.cls.value), item.phase, reason))
+                out.append(_released(item, f, now))
             continue
         if item is None or item.phase.final or item.identity != identity:
             fresh = _new_item(f, identity, now)
@@ -235,7 +233,10 @@ def reconcile(
             out.append(_mark_if_due(fresh, item.phase if item else None, why, now, policy))
             continue
         if item.phase is Phase.DETECTED:
+            # A count of 0 is a streak broken (sent back, identity changed, a refused proof): it starts again
+            # here, its grace counted from this sighting.
             updated = dataclasses.replace(item, orphan_count=item.orphan_count + 1, last_seen=now,
+                                          first_seen=item.first_seen if item.orphan_count else now,
                                           finding_class=f.cls.value)
             out.append(_mark_if_due(updated, item.phase, "still orphaned", now, policy))
         elif item.phase is Phase.CLEANED:
@@ -247,12 +248,64 @@ def reconcile(
         else:
             out.append(Transition(dataclasses.replace(item, last_seen=now, orphan_count=item.orphan_count + 1),
                                   item.phase, "still orphaned"))
+    out += _closed(items, seen, now=now, blind=blind)
+    return out
+
+
+def _released(item: Item, f: Finding, now: float) -> Transition:
+    return Transition(dataclasses.replace(item, phase=Phase.RELEASED, last_seen=now, finding_class=f.cls.value),
+                      item.phase, f"no longer residue: {f.cls.value}")
+
+
+def _closed(items: Mapping[str, Item], seen: set[str], *, now: float, blind: Blind) -> list[Transition]:
+    """The items whose resource the scan did not show, unless its read problems may hide it."""
+    out: list[Transition] = []
     for key, item in items.items():
         if key in seen or item.phase.final or blind.hides(item):
             continue
         reason = {Phase.CLEANED: "confirmed absent after clean",
                   Phase.TERMINATING: INTERRUPTED_STEP_GONE}.get(item.phase, "gone before it was reclaimed")
         out.append(Transition(dataclasses.replace(item, phase=Phase.CLOSED, last_seen=now), item.phase, reason))
+    return out
+
+
+STREAK_BROKEN = "the desired state was not proven current for acting: its scans in a row start again"
+
+
+def refused(
+    items: Mapping[str, Item],
+    findings: Iterable[Finding],
+    idents: Mapping[str, Identity],
+    *,
+    now: float,
+    blind: Blind = Blind(),
+) -> list[Transition]:
+    """Fold a scan whose desired state could not be proven current for acting (`view_not_current`) in the
+    one safe direction: away from reclaim. An item no longer residue is released, one whose resource is gone
+    is closed (the host's word, as in `reconcile`), and nothing moves toward its mark: no item is begun, a
+    detected item's scans in a row drop to 0 (the next sighting counts 1 and starts its grace again), and a
+    resource whose identity changed begins again at 0. Marked, failed, terminating and cleaned items that
+    are still residue stay as they are: terminate re-verifies them on a proven view before anything."""
+    out: list[Transition] = []
+    seen: set[str] = set()
+    for f in findings:
+        key = item_key(f.kind, f.id)
+        seen.add(key)
+        item = items.get(key)
+        if item is None or item.phase.final:
+            continue
+        if not f.cls.is_residue:
+            if item.phase in _ACTIVE:
+                out.append(_released(item, f, now))
+            continue
+        identity = idents.get(key, ())
+        if item.identity != identity:
+            fresh = dataclasses.replace(_new_item(f, identity, now), orphan_count=0)
+            out.append(Transition(fresh, item.phase, f"identity changed: a different resource now; {STREAK_BROKEN}"))
+        elif item.phase is Phase.DETECTED and item.orphan_count:
+            out.append(Transition(dataclasses.replace(item, orphan_count=0, last_seen=now), item.phase,
+                                  STREAK_BROKEN))
+    out += _closed(items, seen, now=now, blind=blind)
     return out
 
 

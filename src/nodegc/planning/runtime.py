@@ -17,8 +17,9 @@ the runtime knows better (docs/ownership.md, "With the runtime's word"):
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from nodegc.model.findings import Finding, FindingClass, Owner
@@ -84,9 +85,15 @@ def correlate_pod_logs(ctx: Context) -> None:
     unusable = _unusable(ctx)
     pod_dirs = {d.uid for d in ctx.inv.pod_dirs}
     sandbox_uids = {sb.pod_uid for sb in view.sandboxes} if view is not None and view.reachable else set()
-    horizon = min(ctx.now, ctx.desired.fetched_at.timestamp()) - ctx.policy.min_age_seconds
+    min_age = ctx.policy.min_age_seconds
+    young: Callable[[float], bool]
     if view is not None and view.read_at is not None:
-        horizon = min(horizon, view.read_at.timestamp() - ctx.policy.min_age_seconds)
+        horizon = min(min(ctx.now, ctx.photo) - min_age, view.read_at.timestamp() - min_age)
+
+        def young(mtime: float) -> bool:
+            return mtime > horizon
+    else:
+        young = functools.partial(ctx.clock.after, offset=min_age)
     for log_dir in ctx.inv.pod_logs:
         pod = ctx.pods.by_uid.get(log_dir.uid)
         cls, state, note = FindingClass.ORPHANED_POD_LOG_DIR, OwnerState.ABSENT, (
@@ -99,7 +106,7 @@ def correlate_pod_logs(ctx: Context) -> None:
             cls, note = FindingClass.PROTECTED, f"needs the runtime's word: {unusable}"
         elif log_dir.uid in pod_dirs:
             cls, note = FindingClass.PROTECTED, f"pods/{log_dir.uid} still exists: the kubelet is not done with it"
-        elif log_dir.mtime > horizon:
+        elif young(log_dir.mtime):
             cls, note = FindingClass.PROTECTED, "younger than the photographs allow to judge"
         owner = Owner(uid=log_dir.uid, namespace=log_dir.namespace, name=log_dir.name)
         ctx.add(Finding(cls, Kind.POD_LOG_DIR, log_dir.path, owner, state, (note,)))
@@ -199,7 +206,7 @@ class _Indexes:
         for c in view.containers:
             if c.state in ("running", "created"):
                 live_containers[c.sandbox_id] += 1
-        photo = min(ctx.now, ctx.desired.fetched_at.timestamp())
+        photo = min(ctx.now, ctx.photo)
         read = view.read_at.timestamp() if view.read_at else ctx.now
         files_of, holders = _files(inv)
         known = set(by_id)

@@ -14,6 +14,7 @@ import os
 import stat
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +31,17 @@ _PREV_RESULT_SINCE = (0, 4, 0)
 """libcni hands the cached result to DEL only from CNI 0.4.0 on; older plugins do not expect it."""
 
 
+@dataclass
+class DelProgress:
+    """How far DELs of one cache entry got: the number of plugins, in DEL order, whose DEL succeeded. A DEL
+    handed the same progress again resumes at the plugin that failed."""
+
+    plugins_done: int = 0
+    failed_plugin: str | None = None
+
+
 def cni_del(entry: CNICacheEntry, *, roots: Roots, timeout: float = 30.0, keep_cache: bool = False,
-            runtime_state_dir: Path | None = None) -> Outcome:
+            runtime_state_dir: Path | None = None, progress: DelProgress | None = None) -> Outcome:
     """Run DEL through every plugin of the cached configuration (in reverse), then drop the cache file
     (unless `keep_cache`: the engine removes it last, since it is the evidence that ties the sandbox's
     netns and chains to the pod if a crash interrupts the rest; see `remove_cache_entry`).
@@ -41,7 +51,12 @@ def cni_del(entry: CNICacheEntry, *, roots: Roots, timeout: float = 30.0, keep_c
 
     host-local releases by container id (and ifname), never by address: if the address was handed to
     a new sandbox meanwhile, the new reservation names another container id and survives this DEL.
+
+    With `progress`, the plugins whose DEL already succeeded for this entry are not run again (their
+    state is gone; a firewall DEL repeated after host-local released the addresses could cut the rules
+    of a pod handed one of them since), and the count moves on with each plugin that succeeds.
     """
+    progress = progress if progress is not None else DelProgress()
     deadline = time.monotonic() + timeout
     try:
         cached = reread(entry)
@@ -58,7 +73,8 @@ def cni_del(entry: CNICacheEntry, *, roots: Roots, timeout: float = 30.0, keep_c
         capability_args = _capability_args(entry.capability_args_json)
     except ValueError as e:
         return Outcome.failed(f"cached configuration unusable: {e}")
-    unsafe = _addresses_not_ours(entry, plugins, roots)
+    pending = list(reversed(plugins))[progress.plugins_done:]
+    unsafe = _addresses_not_ours(entry, pending, roots)
     if unsafe:
         return Outcome.failed(f"CNI DEL not run, cache entry kept: {unsafe}")
     prev_result = cached.get("result") if _version(version) >= _PREV_RESULT_SINCE else None
@@ -71,7 +87,8 @@ def cni_del(entry: CNICacheEntry, *, roots: Roots, timeout: float = 30.0, keep_c
         cni_path=roots.cni_bin_dirs,
     )
     try:
-        for plugin in reversed(plugins):
+        for plugin in pending:
+            progress.failed_plugin = str(plugin.get("type", ""))
             stdin = plugin_stdin(
                 plugin,
                 name=name,
@@ -86,6 +103,8 @@ def cni_del(entry: CNICacheEntry, *, roots: Roots, timeout: float = 30.0, keep_c
                 host_netns=roots.net_ns,
                 timeout=deadline - time.monotonic(),
             )
+            progress.plugins_done += 1
+        progress.failed_plugin = None
     except CNIError as e:
         return Outcome.failed(f"CNI DEL failed, cache entry kept: {e}")
     if keep_cache:

@@ -135,6 +135,8 @@ class _HostRun:
         """Sandboxes reclaimed without a successful DEL (it kept failing)."""
         self.torn_down: set[str] = set()
         """Sandboxes whose DEL nodegc did itself (`reclaim.teardown`)."""
+        self.resumed: dict[str, str] = {}
+        """Cache entries whose DEL succeeded only once resumed after their siblings' (item key: how)."""
 
     def report(self, item: Item, outcome: Outcome) -> None:
         if item.container_id:
@@ -221,23 +223,54 @@ class _HostRun:
             self.after_del(item, entry, outcomes[item.key])
 
     def _run_dels(self, entries: Sequence[tuple[Item, CNICacheEntry]]) -> dict[str, Outcome]:
+        """DELs of different sandboxes run at once; the attachments of one sandbox on one network (two
+        interfaces, as multus makes them) run one after the other, in one worker (`_dels_of_one_network`)."""
         from concurrent.futures import ThreadPoolExecutor
 
+        groups: dict[tuple[str, str], list[tuple[Item, CNICacheEntry]]] = {}
+        for item, entry in entries:
+            groups.setdefault((entry.container_id, entry.network), []).append((item, entry))
+        if len(groups) <= 1 or self.x.del_parallelism <= 1:
+            return {k: o for group in groups.values() for k, o in self._dels_of_one_network(group).items()}
+        with ThreadPoolExecutor(max_workers=self.x.del_parallelism, thread_name_prefix="cni-del") as pool:
+            futures = [pool.submit(self._dels_of_one_network, group) for group in groups.values()]
+            return {k: o for future in futures for k, o in future.result().items()}
+
+    def _dels_of_one_network(self, group: Sequence[tuple[Item, CNICacheEntry]]) -> dict[str, Outcome]:
+        """The DELs of one sandbox's attachments to one network. Their plugins share state keyed by network
+        and container id: the bridge plugin's masquerade chain above all, which each attachment's DEL
+        flushes and then fails to delete while a sibling's jump to it is left (`CHAIN_DEL failed (Device or
+        resource busy)`). Once every sibling's DEL has run, a DEL that failed is resumed once at the plugin
+        that failed, as a runtime's retried teardown would run it again, without repeating the DELs of the
+        plugins that succeeded."""
+        from nodegc.reclaim.cni_del import DelProgress
         from nodegc.reclaim.network import cni_del
 
-        def one(entry: CNICacheEntry) -> Outcome:
+        def one(entry: CNICacheEntry, progress: DelProgress) -> Outcome:
             try:
                 return cni_del(entry, roots=self.x.roots, timeout=self.x.timeout, keep_cache=True,
-                               runtime_state_dir=self.x.runtime_state_dir)
+                               runtime_state_dir=self.x.runtime_state_dir, progress=progress)
             except Exception as e:  # one sandbox's odd input fails that sandbox, never the batch
                 log.exception("CNI DEL raised", entry=entry.path)
                 return Outcome.failed(f"CNI DEL raised {type(e).__name__}: {e}")
 
-        if len(entries) <= 1 or self.x.del_parallelism <= 1:
-            return {item.key: one(entry) for item, entry in entries}
-        with ThreadPoolExecutor(max_workers=self.x.del_parallelism, thread_name_prefix="cni-del") as pool:
-            futures = [(item, pool.submit(one, entry)) for item, entry in entries]
-            return {item.key: future.result() for item, future in futures}
+        progress = {item.key: DelProgress() for item, _ in group}
+        outcomes = {item.key: one(entry, progress[item.key]) for item, entry in group}
+        if len(group) < 2:
+            return outcomes
+        for item, entry in group:
+            first = outcomes[item.key]
+            plugin = progress[item.key].failed_plugin
+            if first.ok or first.identity_changed or plugin is None:
+                continue
+            others = ", ".join(e.ifname for i, e in group if i.key != item.key)
+            again = one(entry, progress[item.key])
+            log.info("CNI DEL resumed after its siblings on the network", item=item.key, plugin=plugin,
+                     siblings=others, ok=again.ok, first_error=first.detail)
+            if again.ok:
+                self.resumed[item.key] = f"{plugin} DEL resumed after {others} on {entry.network}"
+            outcomes[item.key] = again
+        return outcomes
 
     def after_del(self, item: Item, entry: CNICacheEntry, outcome: Outcome) -> None:
         if outcome.ok and not outcome.already_gone:
@@ -378,6 +411,8 @@ class _HostRun:
             fault_point("after_clean:cni_cache")
             if entry.container_id in self.torn_down and outcome.ok:
                 outcome = dataclasses.replace(outcome, detail=f"torn down directly; {outcome.detail}")
+            if item.key in self.resumed and outcome.ok:
+                outcome = dataclasses.replace(outcome, detail=f"{self.resumed[item.key]}; {outcome.detail}")
             if entry.container_id in self.direct:
                 outcome = dataclasses.replace(
                     outcome, detail=f"CNI DEL kept failing; the sandbox was reclaimed directly: {outcome.detail}")

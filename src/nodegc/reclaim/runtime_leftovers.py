@@ -18,21 +18,26 @@ by another process is never signalled.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import select
 import signal
 import time
+from collections.abc import Collection
 from pathlib import Path
 
 from nodegc.hostio.mountinfo import mounts_below, read_mounts
-from nodegc.inventory.cri.client import CRIError, RuntimeClient
+from nodegc.inventory.cri.client import CRIError, EndpointError, RuntimeClient, socket_path
 from nodegc.inventory.cri.leftovers import (
     CRI_DIR,
     CRI_NAMESPACE,
     TASKS_DIR,
     expected_mount,
     is_container_id,
+    serves_socket,
     shim_args,
+    socket_file,
     start_ticks,
 )
 from nodegc.model.resources import VolumeDir
@@ -47,11 +52,13 @@ TERM_WAIT = 10.0
 _KILL_WAIT = 5.0
 
 
-def runtime_doubt(left: RuntimeLeftover, *, endpoint: str | None, timeout: float) -> str | None:
-    """Why the runtime may still own the id (a fresh list shows it, or cannot be read); None: it does not."""
+def runtime_doubt(left: RuntimeLeftover, *, endpoint: str | None, timeout: float,
+                  also: Collection[str] = ()) -> str | None:
+    """Why the runtime may still own the id (or one of `also`): a fresh list shows it, or cannot be read;
+    None: it does not."""
     if not endpoint:
         return "no runtime endpoint configured: its leftovers are only reclaimed with its word"
-    ids = {i for i in (left.id, left.sandbox_id) if i}
+    ids = {i for i in (left.id, left.sandbox_id, *also) if i}
     try:
         with RuntimeClient(endpoint, timeout=timeout) as client:
             listed = {sb.id for sb in client.list_sandboxes()}
@@ -155,6 +162,21 @@ def _identity_doubt(left: RuntimeLeftover, proc_root: Path) -> str | None:
     return None
 
 
+def _socket_doubt(left: RuntimeLeftover, endpoint: str | None, proc_root: Path) -> str | None:
+    """The shim's `-address`, seen from its own mount namespace, must be the endpoint's socket file: another
+    containerd may listen at the same path in another mount namespace."""
+    assert left.pid is not None
+    if not endpoint:
+        return None  # refused below: no runtime to ask
+    try:
+        want = socket_file(str(socket_path(endpoint or "")))
+    except EndpointError as e:
+        return f"no runtime socket to compare the shim's with: {e}"
+    if serves_socket(proc_root, left.pid, left.address, want) is not True:
+        return f"pid {left.pid}'s -address {left.address} is not the endpoint's socket as its mount namespace shows it"
+    return None
+
+
 def _wait_exit(pidfd: int, seconds: float) -> bool:
     poller = select.poll()
     poller.register(pidfd, select.POLLIN)
@@ -167,9 +189,96 @@ def _wait_exit(pidfd: int, seconds: float) -> bool:
             return True
 
 
+_CGROUP_ID = re.compile(r"(?:cri-containerd-)?([0-9a-f]{64})(?:\.scope)?")
+"""The last component of a container's cgroup, as the runc shim makes it: `<id>` (cgroupfs) or
+`cri-containerd-<id>.scope` (systemd)."""
+
+
+def _ppid(proc_root: Path, pid: int) -> int | None:
+    try:
+        raw = (proc_root / str(pid) / "stat").read_bytes()
+        return int(raw[raw.rindex(b")") + 2:].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _container_of(proc_root: Path, pid: int) -> str | None:
+    """The container id every cgroup hierarchy of the process names, or None (not a container's)."""
+    try:
+        text = (proc_root / str(pid) / "cgroup").read_text()
+    except OSError:
+        return None
+    found = set()
+    for line in text.splitlines():
+        path = line.split(":", 2)[-1]
+        m = _CGROUP_ID.fullmatch(path.rsplit("/", 1)[-1])
+        if m is None:
+            return None
+        found.add(m.group(1))
+    return found.pop() if len(found) == 1 else None
+
+
+def _pin_children(shim_pid: int, proc_root: Path) -> tuple[list[tuple[int, int, str]], str | None]:
+    """The shim's children, each pinned with a pidfd and then seen again as a child of the (pinned) shim
+    in a container's cgroup: (pid, pidfd, container id). The runc shim is the parent of its containers'
+    init processes (and subreaper of what they leave). A child in no container's cgroup is a doubt."""
+    pinned: list[tuple[int, int, str]] = []
+    try:
+        pids = [int(e.name) for e in os.scandir(proc_root) if e.name.isdigit()]
+    except OSError as e:
+        return pinned, f"cannot list {proc_root}: {e.strerror}"
+    for pid in pids:
+        if _ppid(proc_root, pid) != shim_pid:
+            continue
+        try:
+            fd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            continue
+        except OSError as e:
+            _close_all(pinned)
+            return [], f"cannot pin pid {pid}, a child of the shim: {e.strerror}"
+        # Read after the pidfd is open: a child of the pinned shim now is the process the pidfd holds.
+        cid = _container_of(proc_root, pid) if _ppid(proc_root, pid) == shim_pid else None
+        if cid is None:
+            os.close(fd)
+            if _ppid(proc_root, pid) == shim_pid:
+                _close_all(pinned)
+                return [], f"pid {pid}, a child of the shim, is in no container's cgroup"
+            continue
+        pinned.append((pid, fd, cid))
+    return pinned, None
+
+
+def _close_all(pinned: list[tuple[int, int, str]]) -> None:
+    for _, fd, _ in pinned:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
+def _stop_containers(pinned: list[tuple[int, int, str]]) -> str:
+    """SIGKILL to each pinned container process (the init of its pid namespace: the kernel then kills every
+    process in that namespace), then a bounded wait; what it says about them."""
+    left = []
+    for pid, fd, _ in pinned:
+        try:
+            signal.pidfd_send_signal(fd, signal.SIGKILL)
+        except ProcessLookupError:
+            continue
+        if not _wait_exit(fd, _KILL_WAIT):
+            left.append(pid)
+    ids = sorted({cid[:12] for _, _, cid in pinned})
+    said = f"; killed its {len(pinned)} container process(es) ({', '.join(ids)})" if pinned else ""
+    return said + (f"; still running after SIGKILL: {left}" if left else "")
+
+
 def stop_shim(left: RuntimeLeftover, *, endpoint: str | None, timeout: float, proc_root: Path = Path("/proc"),
               term_wait: float = TERM_WAIT) -> Outcome:
-    """SIGTERM, a bounded wait, SIGKILL; any doubt about who the pid is, or about the runtime, signals nothing."""
+    """SIGTERM, a bounded wait, SIGKILL; any doubt about who the pid is, or about the runtime, signals nothing.
+
+    The containers the shim ran outlive it when no containerd cleans up after it (a shim its daemon does
+    not know): their init processes, the shim's children, are pinned with pidfds before anything is
+    signalled, must each be in a container's cgroup whose id a fresh runtime list does not show either, and
+    get SIGKILL once the shim has exited."""
     if left.pid is None or left.start_time is None or not is_container_id(left.id):
         return Outcome.failed("refused: no verified pid, start time and id")
     try:
@@ -185,21 +294,27 @@ def stop_shim(left: RuntimeLeftover, *, endpoint: str | None, timeout: float, pr
         return Outcome.gone(f"pid {left.pid} has exited")
     except OSError as e:
         return Outcome.failed(f"cannot pin pid {left.pid}: {e.strerror}")
+    pinned: list[tuple[int, int, str]] = []
     try:
         # Read after the pidfd is open: if it matches now, the pidfd is that very process.
-        doubt = _identity_doubt(left, proc_root)
+        doubt = _identity_doubt(left, proc_root) or _socket_doubt(left, endpoint, proc_root)
         if doubt is not None:
             return Outcome.changed(doubt)
-        doubt = runtime_doubt(left, endpoint=endpoint, timeout=timeout)
+        pinned, doubt = _pin_children(left.pid, proc_root)
+        if doubt is not None:
+            return Outcome.failed(f"not signalled: {doubt}")
+        doubt = runtime_doubt(left, endpoint=endpoint, timeout=timeout, also=[cid for _, _, cid in pinned])
         if doubt is not None:
             return Outcome.changed(doubt) if doubt.startswith("the runtime lists") else Outcome.failed(doubt)
         for sig, wait in ((signal.SIGTERM, term_wait), (signal.SIGKILL, _KILL_WAIT)):
             try:
                 signal.pidfd_send_signal(pidfd, sig)
             except ProcessLookupError:
-                return Outcome.gone(f"shim pid {left.pid} exited")
+                return Outcome.gone(f"shim pid {left.pid} exited{_stop_containers(pinned)}")
             if _wait_exit(pidfd, wait):
-                return Outcome.done(f"stopped shim {left.id[:12]} (pid {left.pid}) with {sig.name}")
+                return Outcome.done(f"stopped shim {left.id[:12]} (pid {left.pid}) with {sig.name}"
+                                    f"{_stop_containers(pinned)}")
         return Outcome.failed(f"shim pid {left.pid} still runs {term_wait + _KILL_WAIT:g}s after SIGTERM and SIGKILL")
     finally:
+        _close_all(pinned)
         os.close(pidfd)

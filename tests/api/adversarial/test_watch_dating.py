@@ -10,6 +10,7 @@ arrival. Without the proof nothing is marked nor reclaimed (`view_not_current`),
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -23,6 +24,7 @@ from nodegc.desired.reflector import PodReflector
 from nodegc.desired.source import SourceError
 from nodegc.engine.cycle import CycleReport, Engine, EngineSettings
 from nodegc.ledger.store import Ledger
+from nodegc.model.items import Phase
 from nodegc.model.pods import DesiredState, Pod
 from nodegc.model.resources import Inventory, PodDir
 from nodegc.observe.metrics import Metrics
@@ -400,3 +402,60 @@ def test_a_cache_restarted_mid_proof_is_proven_by_its_new_list_only(
     assert proven.fetched_at >= pending_renewal and "web" in {p.name for p in proven.pods}
     report = agent.cycle()
     assert report.blocked == [] and agent.acted_on("uid-dead") and not agent.acted_on("uid-default-web")
+
+
+# -- refused proofs and the ledger's streaks -------------------------------------------------------------
+# While the watch lags, every cycle with something to act on is refused. Such a cycle writes what moves away
+# from reclaim (a pod back in the view releases its items) and moves nothing toward a mark, so "K scans in
+# a row" never spans the refusal.
+
+WEB_KEY = "pod_dir:/kubelet/pods/uid-default-web"
+
+
+
+def _proven_cycle(api: FakeKubeAPI, agent: Agent, ref: PodReflector) -> None:
+    """One cycle on a proven view (waiting for the watch to reach the Lease read for it, if need be)."""
+    report = agent.cycle()
+    if report.blocked:
+        assert blocked(report) == ["view_not_current"], report.blocked
+        eventually(api, lambda: ref.proven(max_age_seconds=MAX_AGE).fetched_at.timestamp() > 0)
+        report = agent.cycle()
+    assert report.blocked == [], report.blocked
+
+
+def test_a_pod_back_in_a_lagging_view_is_released_and_its_streak_starts_over(
+    api: FakeKubeAPI, ref: PodReflector, churn: Callable[[], None], agents: list[Agent]
+) -> None:
+    node = Node()
+    node.add("uid-default-db", at=time.time() - 3600)
+    node.add("uid-default-web", at=time.time() - 3600)  # no pod with that UID in the API: residue
+    node.add("uid-dead", at=time.time() - 3600)  # residue all along: every cycle has something to act on
+    agent = Agent(ref, node)
+    agent.engine.settings = dataclasses.replace(agent.engine.settings,
+                                                phases=PhasePolicy(consecutive_scans=2, grace_seconds=0))
+    agents.append(agent)
+    _proven_cycle(api, agent, ref)
+    assert (item := agent.ledger.get(WEB_KEY)) is not None and item.orphan_count == 1, item
+
+    # The pod is back (in the API, then in the view); the watch then lags, so no proof is possible.
+    api.add_pod(pod("web"))
+    eventually(api, lambda: "web" in {p.name for p in ref.fetch().pods})
+    api.lag_watches(LAG)
+    churn()
+    time.sleep(LAG + 0.3)  # the lagged events arrive now (the view looks fresh); the last proof is too old
+    for _ in range(2):
+        report = agent.cycle()
+        assert blocked(report) == ["view_not_current"], report.blocked
+        item = agent.ledger.get(WEB_KEY)
+        assert item is not None and item.phase is Phase.RELEASED, item
+        dead = agent.ledger.get("pod_dir:/kubelet/pods/uid-dead")
+        assert dead is not None and dead.phase is Phase.DETECTED and dead.orphan_count == 0, dead
+
+    # The pod goes again and the watch catches up: the next proven sighting is the first of a new streak.
+    api.delete("pods", "default", "web")
+    api.lag_watches(0)
+    eventually(api, lambda: "web" not in {p.name for p in ref.proven(max_age_seconds=MAX_AGE).pods})
+    _proven_cycle(api, agent, ref)
+    item = agent.ledger.get(WEB_KEY)
+    assert item is not None and item.phase is Phase.DETECTED and item.orphan_count == 1, item
+    assert not agent.acted_on("uid-default-web") and not agent.acted_on("uid-dead")

@@ -14,13 +14,20 @@ status, stop or remove is an answer, not a failure. After any failure but a stat
 dropped and the next call opens a new one; so it is when the socket path no longer leads to the socket file
 it was opened through (a runtime restarted on the path, while the old process still serves what it had).
 
+Between calls nobody reads the connection: before a call sends anything, what the runtime sent meanwhile
+(PINGs, SETTINGS, GOAWAY, EOF) is processed, and a connection found closed is replaced. When the runtime
+closes it after that check but before the kernel took any byte of the request (the first send fails with
+EPIPE), the request is sent once more on a new connection: the runtime cannot have seen it. Once a byte
+went out, a closed connection fails the call (UNAVAILABLE), never sends the request again. A reply that ends
+or carries a message while part of the request is still held back by the runtime's flow-control window is
+no answer to that request: the call fails (INTERNAL) and the connection is dropped.
+
 h2 is imported when the first client is made, not with this module: the endpoint helpers and the error
 types are all a node without a runtime socket needs.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import select
 import socket
@@ -124,6 +131,14 @@ def _decode_message(raw: bytes) -> str:
     from urllib.parse import unquote_to_bytes
 
     return unquote_to_bytes(raw).decode("utf-8", "replace")[:200]
+
+
+class _Unsent(Exception):
+    """The connection was found closed before any byte of the request was taken by the kernel."""
+
+    def __init__(self, cause: OSError) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
 
 
 class _Reply:
@@ -264,11 +279,12 @@ class RuntimeClient:
         if sock is not None:
             sock.close()
 
-    def _connected(self, deadline: float) -> tuple[socket.socket, h2.connection.H2Connection]:
+    def _connected(self, deadline: float) -> tuple[socket.socket, h2.connection.H2Connection, bool]:
+        """The connection to send on, and whether an earlier call opened it."""
         if self._sock is not None and self._conn is not None:
             same_file = self._bound is not None and self._bound == self._socket_file()
             if same_file and not self._stale(self._sock, self._conn, deadline):
-                return self._sock, self._conn
+                return self._sock, self._conn, True
             self._drop()
         # Taken before the connect: a path replaced in between is seen as replaced at the next call.
         bound = self._socket_file()
@@ -290,7 +306,7 @@ class RuntimeClient:
             raise
         self._sock, self._conn, self._bound = sock, conn, bound
         self.connections += 1
-        return sock, conn
+        return sock, conn, False
 
     def _socket_file(self) -> tuple[int, int] | None:
         """The socket file the path leads to now: a runtime restarted on the path binds a new one, while the
@@ -352,7 +368,24 @@ class RuntimeClient:
             sock.sendall(data)
 
     def _unary(self, path: str, payload: bytes, deadline: float) -> _Reply:
-        sock, conn = self._connected(deadline)
+        sock, conn, reused = self._connected(deadline)
+        try:
+            return self._exchange(sock, conn, path, payload, deadline)
+        except _Unsent as e:
+            if not reused:
+                raise e.cause from e
+        # The connection the last call left was found closed (the runtime restarted, or closed it while idle,
+        # after the check of _stale) before any byte of this request reached it: the runtime cannot have seen
+        # the request, so it is sent once more on a new connection. Never after a byte went out.
+        self._drop()
+        sock, conn, _ = self._connected(deadline)
+        try:
+            return self._exchange(sock, conn, path, payload, deadline)
+        except _Unsent as e:
+            raise e.cause from e
+
+    def _exchange(self, sock: socket.socket, conn: h2.connection.H2Connection, path: str, payload: bytes,
+                  deadline: float) -> _Reply:
         sid = conn.get_next_available_stream_id()
         conn.send_headers(sid, [
             (b":method", b"POST"), (b":scheme", b"http"), (b":path", path.encode()),
@@ -360,6 +393,7 @@ class RuntimeClient:
             (b"grpc-timeout", _timeout_header(deadline - time.monotonic()).encode()),
             (b"user-agent", b"nodegc-cri"),
         ])
+        self._first_flush(sock, conn, deadline)  # the headers, even when the window holds every DATA byte back
         reply = _Reply(self.max_message)
         body = memoryview(b"\x00" + len(payload).to_bytes(4, "big") + payload)
         while True:  # the request, within the runtime's flow-control windows
@@ -372,16 +406,32 @@ class RuntimeClient:
                     break
                 continue
             reply.window_opened = False
-            while not reply.window_opened and not reply.ended:
+            while not reply.window_opened:
                 self._receive(sock, conn, sid, reply, deadline)
-            if reply.ended:  # the runtime answered before the whole request was sent: the rest is not wanted
-                with contextlib.suppress(self._h2.exceptions.StreamClosedError):
-                    conn.reset_stream(sid, 0x8)  # CANCEL
-                self._flush(sock, conn, deadline)
-                break
+                if reply.ended or reply.body:
+                    # HTTP/2 lets a server answer early, but a unary gRPC answer depends on the whole request
+                    # message: a status or a message before the runtime had it all is not the runtime's word
+                    # on this request (a NOT_FOUND there would read as a sandbox gone).
+                    code = "INTERNAL" if reply.reset is None else _RESET.get(reply.reset, "INTERNAL")
+                    raise _Failure(code, f"the runtime replied before it received the whole request "
+                                         f"({len(body)} bytes still held back by its flow-control window): "
+                                         "not an answer")
         while not reply.ended:
             self._receive(sock, conn, sid, reply, deadline)
         return reply
+
+    def _first_flush(self, sock: socket.socket, conn: h2.connection.H2Connection, deadline: float) -> None:
+        """Sends a request's first bytes: a connection found closed before the kernel took any of them
+        (EPIPE, ECONNRESET: a send on a stream socket that takes some bytes returns their count, the error
+        comes on the next send) raises _Unsent, the one case where sending the request again is safe."""
+        data = memoryview(conn.data_to_send())
+        sock.settimeout(self._left(deadline))
+        try:
+            sent = sock.send(data)
+        except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError) as e:
+            raise _Unsent(e) from e
+        if sent < len(data):
+            sock.sendall(data[sent:])
 
     def _receive(self, sock: socket.socket, conn: h2.connection.H2Connection, sid: int, reply: _Reply,
                  deadline: float) -> None:

@@ -19,6 +19,7 @@ import stat
 from collections.abc import Iterable
 from pathlib import Path
 
+from nodegc.hostio.libc import stat_in_root
 from nodegc.hostio.mountinfo import MountIndex, top_of
 from nodegc.model.resources import Kind, Mount, ReadProblem
 from nodegc.model.runtime import RuntimeLeftover
@@ -230,6 +231,7 @@ def _shims(proc_root: Path, socket: str | None) -> list[RuntimeLeftover]:
     ticks = os.sysconf("SC_CLK_TCK")
     # The endpoint and the shims' -address may spell one socket two ways (/var/run is a link to /run).
     want = os.path.realpath(socket) if socket is not None else None
+    want_file = socket_file(socket) if socket is not None else None
     for e in entries:
         pid = int(e.name)
         args = shim_args(proc_root, pid)
@@ -243,6 +245,34 @@ def _shims(proc_root: Path, socket: str | None) -> list[RuntimeLeftover]:
             # `... -bundle <dir> delete` is containerd cleaning up after a shim that exited: it uses the
             # bundle too, and is never signalled.
             cleanup = "containerd's cleanup of an exited shim (`delete`)" if args[2] else None
+            if socket is not None:
+                serves = serves_socket(proc_root, pid, address, want_file)
+                if serves is False:
+                    continue  # another containerd's, in another mount namespace at the same socket path
+                if serves is None:
+                    cleanup = cleanup or ("which containerd it serves cannot be told: its -address socket, as"
+                                          " its mount namespace shows it, cannot be compared with the endpoint's")
             found.append(RuntimeLeftover("shim", sid, f"{proc_root}/{e.name}", pid=pid, start_time=start,
                                          mtime=started, address=address, problem=cleanup))
     return found
+
+
+def socket_file(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return (st.st_dev, st.st_ino) if stat.S_ISSOCK(st.st_mode) else None
+
+
+def serves_socket(proc_root: Path, pid: int, address: str | None, want: tuple[int, int] | None) -> bool | None:
+    """Whether a shim's `-address` is the endpoint's socket file as the shim's own mount namespace shows it.
+    Another containerd in another mount namespace (a nested node, a second runtime) may listen at the same
+    path: then the file differs (False), and its shims are not this runtime's. None: it cannot be told."""
+    if want is None or not address or not address.startswith("/"):
+        return None
+    try:
+        st = stat_in_root(proc_root / str(pid) / "root", address)
+    except (OSError, ValueError):
+        return None
+    return stat.S_ISSOCK(st.st_mode) and (st.st_dev, st.st_ino) == want
