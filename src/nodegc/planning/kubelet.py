@@ -90,6 +90,9 @@ def _volume_conflicts(ctx: Context) -> None:
     if not any(m.fs_type in _EXCLUSIVE_FS for m in ctx.inv.mounts):
         return  # no exclusive block filesystem is mounted at all
     mounts = {m.mount_id: m for m in ctx.inv.mounts}
+    exclusive = {i for i, m in mounts.items() if m.fs_type in _EXCLUSIVE_FS}
+    if not any(v.mount_id in exclusive for d in ctx.inv.pod_dirs for v in d.volumes):
+        return  # no volume is on one (the node's root filesystem is, say, but no volume mount)
     volume_mounts = {v.path: v.mount_id for d in ctx.inv.pod_dirs for v in d.volumes if v.mounted}
     holders: dict[str, list[int]] = defaultdict(list)
     for index, finding in enumerate(ctx.findings):

@@ -247,7 +247,7 @@ def _resolve_container(ctx: Context, container_id: str, network: str | None) -> 
     """The most protective resolution among the cache entries of one sandbox."""
     first: Resolution | None = None
     for entry in _cache_for(ctx, container_id, network):
-        res = ctx.owner_of(entry)
+        res = ctx.resolutions.get(entry.path) or ctx.owner_of(entry)
         if res.state in HOLDING:
             return res
         if first is None:
@@ -640,13 +640,14 @@ _RULE_IP_ARG = re.compile(r"\[?([0-9a-fA-F.:]+?)\]?(?:/(?:32|128))?(?::\d+)?")
 def _chain_ips(inv: Inventory) -> dict[str, set[str]]:
     """Pod IPs the CNI rules of each container name (-s in the masquerade jump, DNAT destinations)."""
     found: dict[str, set[str]] = defaultdict(set)
-    texts: list[tuple[str | None, str]] = [(c.container_id, r) for c in inv.chains for r in (*c.rules, *c.jumps)]
-    texts += [(r.container_id, r.rule) for r in inv.hostport_rules]
-    for cid, text in texts:
-        if not cid:
-            continue
-        for ip in rule_ips(text):
-            found[cid].add(ip)
+    for c in inv.chains:
+        if c.container_id:
+            for text in (*c.rules, *c.jumps):
+                if ips := rule_ips(text):
+                    found[c.container_id].update(ips)
+    for r in inv.hostport_rules:
+        if r.container_id and (ips := rule_ips(r.rule)):
+            found[r.container_id].update(ips)
     return found
 
 
