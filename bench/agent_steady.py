@@ -15,7 +15,10 @@ figure much. Prints JSON.
 Setups (`--setups`, comma-separated):
 - `snapshot`: the pods from a snapshot file kept fresh (touched every second);
 - `api`: the pods from the HTTP-level test API server (tests/api/fakeapi.py) through the agent's watch, as a
-  DaemonSet reads them: the API client (lightkube, httpx2) is loaded;
+  DaemonSet reads them: the API client (lightkube, httpx2) is loaded. `--api-pods real` gives the server's
+  pods what a cluster's also carry and nodegc never reads (about 7.5 KB a pod: managedFields, labels, a
+  last-applied annotation, a full container spec and status); by default they hold little more than
+  what is read;
 - `api+runtime`, `snapshot+runtime`: the same with a real containerd on the node (nodegc.sandbox.containerd),
   so the CRI client (h2, protobuf) is loaded and a cycle asks Version, ListPodSandbox and ListContainers
   and walks /proc for shims. It holds no sandbox of these pods (they are made by the CNI plugins
@@ -81,6 +84,32 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def real_sized(record: dict[str, Any]) -> dict[str, Any]:
+    """A pod record with what a cluster's pod also carries (about 7.5 KB in all; nodegc reads none of it)."""
+    meta, spec, status = record["metadata"], record["spec"], record["status"]
+    created = meta.get("creationTimestamp")
+    meta["labels"] = {f"label-{k}": "v" * 20 for k in range(6)}
+    meta["annotations"] = {"kubectl.kubernetes.io/last-applied-configuration": "x" * 2000}
+    meta["managedFields"] = [{"manager": manager, "operation": "Update", "apiVersion": "v1", "time": created,
+                              "fieldsType": "FieldsV1", "fieldsV1": {f"f:{k}": {} for k in range(60)}}
+                             for manager in ("kube-controller-manager", "kube-scheduler", "kubelet")]
+    meta["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "app-5d9c7b", "controller": True,
+                                "uid": meta["uid"][::-1]}]
+    spec["containers"] = [{"name": c["name"], "image": "registry.example.com/app:1.0",
+                           "env": [{"name": f"ENV_{k}", "value": "v" * 30} for k in range(20)],
+                           "ports": [{"containerPort": 8080, "protocol": "TCP"}],
+                           "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}},
+                           "volumeMounts": [{"name": "data", "mountPath": "/data"}]}
+                          for c in spec.get("containers", [])]
+    spec["volumes"] = [{"name": "data", "emptyDir": {}}]
+    status["conditions"] = [{"type": t, "status": "True", "lastTransitionTime": created}
+                            for t in ("Ready", "Initialized", "ContainersReady", "PodScheduled")]
+    status["containerStatuses"] = [{"name": c["name"], "ready": True, "restartCount": 0, "image": c["image"],
+                                    "imageID": "sha256:" + "a" * 64, "containerID": "containerd://" + "b" * 64,
+                                    "state": {"running": {"startedAt": created}}} for c in spec["containers"]]
+    return record
 
 
 @contextmanager
@@ -188,7 +217,8 @@ def measure_setup(setup: str, node: SandboxNode, pods: list[Any], args: argparse
         api = stack.enter_context(FakeKubeAPI(bookmark_interval=60.0))
         stack.enter_context(kubelet_renewing(api, node.node_name))
         for pod in pods:
-            api.add_pod(node.pod_record(pod))
+            record = node.pod_record(pod)
+            api.add_pod(real_sized(record) if args.api_pods == "real" else record)
         base += ["--kubeconfig", str(api.write_kubeconfig(node.root / "kubeconfig"))]
     else:
         snapshot = node.write_snapshot(node.root / "pods.json")
@@ -359,6 +389,9 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3, help="agents run one after another per setup (medians)")
     parser.add_argument("--setups", default="snapshot,api,api+runtime",
                         help=f"comma-separated, of {', '.join(SETUPS)}")
+    parser.add_argument("--api-pods", choices=("minimal", "real"), default="minimal",
+                        help="the test API server's pods: little more than what nodegc reads, or as big as a"
+                             " cluster's (about 7.5 KB: managedFields, labels, a full spec and status)")
     parser.add_argument("--run-interval", type=float, default=2.0,
                         help="the agent's interval during the run (the CPU of a cycle does not depend on it)")
     parser.add_argument("--interval", type=float, default=30.0, help="the production interval the share is for")
@@ -391,6 +424,7 @@ def main() -> int:
         "cpus": os.cpu_count(),
         "load_average_before_after": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
         "pods": args.pods,
+        "api_pods": args.api_pods,
         "build_seconds": round(build_s, 1),
         "interval_seconds": args.interval,
         "setups": results,

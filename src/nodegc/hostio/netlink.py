@@ -635,7 +635,8 @@ def _enter_and_open(net_ns: Path, protocol: int = NETLINK_ROUTE) -> socket.socke
     # (`_Stranded`), and the socket is not handed out then
     home = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
     try:
-        target = os.open(net_ns, os.O_RDONLY | os.O_CLOEXEC)
+        # O_NONBLOCK: a FIFO at the path does not block the open (setns then refuses it)
+        target = os.open(net_ns, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         try:
             _setns(target, f"cannot enter {os.fsdecode(net_ns)}")
         finally:
