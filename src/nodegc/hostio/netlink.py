@@ -19,9 +19,10 @@ import secrets
 import socket
 import struct
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from nodegc.hostio.libc import CLONE_NEWNET, setns
 
@@ -59,10 +60,10 @@ IFA_TARGET_NETNSID = 10
 NETNSA_NSID = 1
 NETNSA_FD = 3
 RTEXT_FILTER_SKIP_STATS = 1 << 3
+"""Counters are most of a link message and none of the reader's business; old kernels ignore the bit."""
 IFF_LOOPBACK = 0x8
 LOOPBACK_IFINDEX = 1
 """The loopback's index in every network namespace (include/net/flow.h)."""
-"""Counters are most of a link message and none of the reader's business; old kernels ignore the bit."""
 
 _NLA_TYPE_MASK = 0x3FFF  # without NLA_F_NESTED / NLA_F_NET_BYTEORDER
 _NLMSG_HDR = struct.Struct("=IHHII")
@@ -86,6 +87,16 @@ _DELETE_BATCH = 64
 _LOOKUP_BATCH = 16
 """Link lookups per send: each reply is a link message (about 1.5 KiB without counters); a batch of them
 must fit the default receive buffer (208 KiB)."""
+
+_T = TypeVar("_T")
+
+
+class _NoAnswer:
+    """What a batch's answer function returns for a message that answers nothing (see `_ask_each`)."""
+
+
+_NO_ANSWER = _NoAnswer()
+
 _DUMP_ATTEMPTS = 3
 
 DEFAULT_TIMEOUT = 10.0
@@ -340,32 +351,24 @@ class RtnlSocket:
         where there is no link 1."""
         ext_mask = _nla(IFLA_EXT_MASK, _U32.pack(RTEXT_FILTER_SKIP_STATS))
         lookup = _IFINFOMSG.pack(socket.AF_UNSPEC, 0, LOOPBACK_IFINDEX, 0, 0) + ext_mask
-        seqs = [next(self._seq) for _ in netnsids]
-        first = seqs[0]
-        self._send(b"".join(_message(RTM_GETLINK, NLM_F_REQUEST, seq, lookup + _nla(IFLA_TARGET_NETNSID,
-                                                                                  _I32.pack(nsid)))
-                            for seq, nsid in zip(seqs, netnsids, strict=True)))
-        answers: dict[int, int | None] = {}
-        while len(answers) < len(seqs):
-            size = self._recv()
-            buf = self._buf
-            for mtype, _flags, mseq, start, end in _messages(buf, size):
-                slot = mseq - first
-                if not 0 <= slot < len(seqs) or mseq in answers:
-                    continue
-                if mtype == NLMSG_ERROR:
-                    try:
-                        _raise_if_error(buf, start, end, f"link {LOOPBACK_IFINDEX}")
-                    except NetlinkError as e:
-                        if e.code not in (errno.ENODEV, errno.ENOENT):
-                            raise
-                    answers[mseq] = None
-                elif mtype == RTM_NEWLINK:
-                    if _link_target(buf, start, end) != netnsids[slot]:
-                        raise NetlinkError(f"link {LOOPBACK_IFINDEX}: the answer does not name netnsid "
-                                           f"{netnsids[slot]}")
-                    answers[mseq] = _loopback_index(buf, start, end)
-        return [answers[seq] for seq in seqs]
+
+        def answer(slot: int, mtype: int, buf: bytearray, start: int, end: int) -> int | _NoAnswer | None:
+            if mtype == NLMSG_ERROR:
+                try:
+                    _raise_if_error(buf, start, end, f"link {LOOPBACK_IFINDEX}")
+                except NetlinkError as e:
+                    if e.code not in (errno.ENODEV, errno.ENOENT):
+                        raise
+                return None
+            if mtype == RTM_NEWLINK:
+                if _link_target(buf, start, end) != netnsids[slot]:
+                    raise NetlinkError(f"link {LOOPBACK_IFINDEX}: the answer does not name netnsid "
+                                       f"{netnsids[slot]}")
+                return _loopback_index(buf, start, end)
+            return _NO_ANSWER
+
+        return self._ask_each([(RTM_GETLINK, lookup + _nla(IFLA_TARGET_NETNSID, _I32.pack(nsid)))
+                               for nsid in netnsids], answer)
 
     def _peer_addresses(self, netnsid: int) -> list[tuple[int, str]]:
         seq = next(self._seq)
@@ -428,14 +431,30 @@ class RtnlSocket:
                         bad.append(str(e))
 
     def _netnsid_batch(self, fds: Sequence[int]) -> list[int | NetlinkError]:
-        first = next(self._seq)
-        seqs = [first] + [next(self._seq) for _ in fds[1:]]
-        requests = (
-            _message(RTM_GETNSID, NLM_F_REQUEST, seq, b"\0\0\0\0" + _nla(NETNSA_FD, _U32.pack(fd)))
-            for seq, fd in zip(seqs, fds, strict=True)
-        )
-        self._send(b"".join(requests))
-        answers: dict[int, int | NetlinkError] = {}
+        def answer(_slot: int, mtype: int, buf: bytearray, start: int, end: int) -> int | NetlinkError | _NoAnswer:
+            if mtype == NLMSG_ERROR:
+                try:
+                    _raise_if_error(buf, start, end, "netnsid query")
+                except NetlinkError as e:
+                    return e
+                return NetlinkError("netnsid query acknowledged without an answer")
+            if mtype == RTM_NEWNSID:
+                return _parse_nsid(buf, start, end)
+            return _NO_ANSWER
+
+        return self._ask_each([(RTM_GETNSID, b"\0\0\0\0" + _nla(NETNSA_FD, _U32.pack(fd))) for fd in fds], answer)
+
+    def _ask_each(self, requests: Sequence[tuple[int, bytes]],
+                  answer: Callable[[int, int, bytearray, int, int], _T | _NoAnswer]) -> list[_T]:
+        """Send every (type, body) request in one write, each under its own sequence number, and read until
+        each has its answer: `answer(slot, mtype, buf, start, end)` for every message to a request still
+        unanswered (`_NO_ANSWER`: not an answer; it may raise). A message to no request, or to one already
+        answered, is passed over. The answers come in the requests' order."""
+        seqs = [next(self._seq) for _ in requests]
+        first = seqs[0]
+        self._send(b"".join(_message(mtype, NLM_F_REQUEST, seq, body)
+                            for seq, (mtype, body) in zip(seqs, requests, strict=True)))
+        answers: dict[int, _T] = {}
         while len(answers) < len(seqs):
             size = self._recv()
             buf = self._buf
@@ -443,15 +462,9 @@ class RtnlSocket:
                 slot = mseq - first
                 if not 0 <= slot < len(seqs) or mseq in answers:
                     continue
-                if mtype == NLMSG_ERROR:
-                    try:
-                        _raise_if_error(buf, start, end, "netnsid query")
-                    except NetlinkError as e:
-                        answers[mseq] = e
-                    else:
-                        answers[mseq] = NetlinkError("netnsid query acknowledged without an answer")
-                elif mtype == RTM_NEWNSID:
-                    answers[mseq] = _parse_nsid(buf, start, end)
+                got = answer(slot, mtype, buf, start, end)
+                if not isinstance(got, _NoAnswer):
+                    answers[mseq] = got
         return [answers[seq] for seq in seqs]
 
     def _send(self, data: bytes) -> None:
