@@ -15,7 +15,10 @@ figure much. Prints JSON.
 Setups (`--setups`, comma-separated):
 - `snapshot`: the pods from a snapshot file kept fresh (touched every second);
 - `api`: the pods from the HTTP-level test API server (tests/api/fakeapi.py) through the agent's watch, as a
-  DaemonSet reads them: the API client (lightkube, httpx2) is loaded;
+  DaemonSet reads them: the API client (lightkube, httpx2) is loaded. `--api-pods real` gives the server's
+  pods what a cluster's also carry and nodegc never reads (about 7.5 KB a pod: managedFields, labels, a
+  last-applied annotation, a full container spec and status); by default they hold little more than
+  what is read;
 - `api+runtime`, `snapshot+runtime`: the same with a real containerd on the node (nodegc.sandbox.containerd),
   so the CRI client (h2, protobuf) is loaded and a cycle asks Version, ListPodSandbox and ListContainers
   and walks /proc for shims. It holds no sandbox of these pods (they are made by the CNI plugins
@@ -83,6 +86,32 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def real_sized(record: dict[str, Any]) -> dict[str, Any]:
+    """A pod record with what a cluster's pod also carries (about 7.5 KB in all; nodegc reads none of it)."""
+    meta, spec, status = record["metadata"], record["spec"], record["status"]
+    created = meta.get("creationTimestamp")
+    meta["labels"] = {f"label-{k}": "v" * 20 for k in range(6)}
+    meta["annotations"] = {"kubectl.kubernetes.io/last-applied-configuration": "x" * 2000}
+    meta["managedFields"] = [{"manager": manager, "operation": "Update", "apiVersion": "v1", "time": created,
+                              "fieldsType": "FieldsV1", "fieldsV1": {f"f:{k}": {} for k in range(60)}}
+                             for manager in ("kube-controller-manager", "kube-scheduler", "kubelet")]
+    meta["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "app-5d9c7b", "controller": True,
+                                "uid": meta["uid"][::-1]}]
+    spec["containers"] = [{"name": c["name"], "image": "registry.example.com/app:1.0",
+                           "env": [{"name": f"ENV_{k}", "value": "v" * 30} for k in range(20)],
+                           "ports": [{"containerPort": 8080, "protocol": "TCP"}],
+                           "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}},
+                           "volumeMounts": [{"name": "data", "mountPath": "/data"}]}
+                          for c in spec.get("containers", [])]
+    spec["volumes"] = [{"name": "data", "emptyDir": {}}]
+    status["conditions"] = [{"type": t, "status": "True", "lastTransitionTime": created}
+                            for t in ("Ready", "Initialized", "ContainersReady", "PodScheduled")]
+    status["containerStatuses"] = [{"name": c["name"], "ready": True, "restartCount": 0, "image": c["image"],
+                                    "imageID": "sha256:" + "a" * 64, "containerID": "containerd://" + "b" * 64,
+                                    "state": {"running": {"startedAt": created}}} for c in spec["containers"]]
+    return record
+
+
 @contextmanager
 def every(seconds: float, action: Callable[[], object], *, now: bool = False) -> Iterator[None]:
     """`action` every `seconds` on a thread while inside (once at entry too when `now`)."""
@@ -114,8 +143,8 @@ def keep_fresh(snapshot: Path) -> AbstractContextManager[None]:
     return every(1.0, lambda: os.utime(snapshot))
 
 
-def run_agent(argv: list[str], *, warmup: int, cycles: int) -> dict[str, Any]:
-    agent = subprocess.Popen(argv, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+def run_agent(argv: list[str], *, warmup: int, cycles: int, env: dict[str, str] | None = None) -> dict[str, Any]:
+    agent = subprocess.Popen(argv, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env)
     marks: list[tuple[float, float]] = []
     started: dict[str, float] = {}
     blocked: list[str] = []
@@ -188,31 +217,168 @@ def measure_setup(setup: str, node: SandboxNode, pods: list[Any], args: argparse
         api = stack.enter_context(FakeKubeAPI(bookmark_interval=60.0))
         stack.enter_context(kubelet_renewing(api, node.node_name))
         for pod in pods:
-            api.add_pod(node.pod_record(pod))
+            record = node.pod_record(pod)
+            api.add_pod(real_sized(record) if args.api_pods == "real" else record)
         base += ["--kubeconfig", str(api.write_kubeconfig(node.root / "kubeconfig"))]
     else:
         snapshot = node.write_snapshot(node.root / "pods.json")
         stack.enter_context(keep_fresh(snapshot))
         base += ["--pods-from", str(snapshot)]
-    # rich comes with a development tool only; structlog would load it for tracebacks, production does not
-    launch = "import runpy, sys; sys.modules['rich'] = None; runpy.run_module('nodegc', run_name='__main__')"
-    runs = []
+    runs: dict[str, list[dict[str, Any]]] = {"this": [], "against": []}
+    trees = [("this", None)] + ([("against", args.against)] if args.against is not None else [])
     for _ in range(args.repeat):
-        with tempfile.TemporaryDirectory(prefix="nodegc-steady-") as state:
-            argv = [sys.executable, "-c", launch, "agent", *base, "--state-dir", state,
-                    "--metrics-address", f"127.0.0.1:{free_port()}"]
-            runs.append(run_agent(argv, warmup=args.warmup, cycles=args.cycles))
-    cpu = statistics.median(x["cpu_seconds_per_cycle"] for x in runs)
+        for label, src in trees:  # interleaved: both trees see the same load
+            with tempfile.TemporaryDirectory(prefix="nodegc-steady-") as state:
+                trace = Path(state) / "trace" if args.trace_memory else None
+                argv = [sys.executable, "-c", TRACED_LAUNCH if trace else LAUNCH, "agent", *base, "--state-dir",
+                        state, "--metrics-address", f"127.0.0.1:{free_port()}"]
+                run = run_agent(argv, warmup=args.warmup, cycles=args.cycles, env=agent_env(src, trace, args.warmup))
+                if trace is not None:
+                    run["memory_trace"] = read_trace(trace, args.warmup, top=args.trace_top)
+                runs[label].append(run)
+    out = {"setup": setup, "runtime_socket": bool(runtime), **summary(runs["this"], args)}
+    if args.against is not None:
+        out["against"] = {"src": str(args.against), **summary(runs["against"], args)}
+    return out
+
+
+# rich comes with a development tool only; structlog would load it for tracebacks, production does not
+LAUNCH = "import runpy, sys; sys.modules['rich'] = None; runpy.run_module('nodegc', run_name='__main__')"
+TRACED_LAUNCH = """
+import json, os, runpy, sys, tracemalloc
+sys.modules['rich'] = None
+tracemalloc.start(int(os.environ['NODEGC_TRACE_FRAMES']))
+import nodegc.agent as agent
+import nodegc.engine.cycle as cycle
+out, at = os.environ['NODEGC_TRACE_DIR'], int(os.environ['NODEGC_TRACE_AT'])
+high = [0]
+def note(when):
+    current, peak = tracemalloc.get_traced_memory()
+    peak, high[0] = max(peak, high[0]), 0  # the parts below reset tracemalloc's peak
+    with open(os.path.join(out, 'memory.jsonl'), 'a') as f:
+        f.write(json.dumps({'at': when, 'current': current, 'peak': peak, 'modules': sorted(sys.modules)}) + '\\n')
+    tracemalloc.reset_peak()
+freeze, wait, cycles = agent._freeze_startup_objects, agent.Wakeups.wait, [0]
+def frozen():
+    freeze()
+    tracemalloc.take_snapshot().dump(os.path.join(out, 'startup.snapshot'))
+    note(0)
+def waiting(self, timeout, stop):
+    cycles[0] += 1
+    if cycles[0] == at:
+        tracemalloc.take_snapshot().dump(os.path.join(out, 'between.snapshot'))
+    note(cycles[0])
+    return wait(self, timeout, stop)
+judged = cycle.Engine._judged
+def judging(self, inventory, findings, report):
+    if cycles[0] == at:  # the cycle after the one above: its inventory and findings are alive here
+        tracemalloc.take_snapshot().dump(os.path.join(out, 'judged.snapshot'))
+    return judged(self, inventory, findings, report)
+agent._freeze_startup_objects, agent.Wakeups.wait, cycle.Engine._judged = frozen, waiting, judging
+stack, peaks = [], {}
+def peaked(name, fn):
+    # The peak of each part of a cycle above the memory it started from (nested parts are parts of their caller).
+    def run(*args, **kwargs):
+        if cycles[0] <= at:
+            return fn(*args, **kwargs)
+        start = tracemalloc.get_traced_memory()[0]
+        if stack:
+            stack[-1][1] = max(stack[-1][1], tracemalloc.get_traced_memory()[1])
+        stack.append([start, 0])
+        tracemalloc.reset_peak()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            begun, seen = stack.pop()
+            top = max(seen, tracemalloc.get_traced_memory()[1])
+            peaks.setdefault(name, []).append(top - begun)
+            high[0] = max(high[0], top)
+            if stack:
+                stack[-1][1] = max(stack[-1][1], top)
+            with open(os.path.join(out, 'peaks.json'), 'w') as f:
+                json.dump(peaks, f)
+    return run
+import nodegc.inventory.scanning as scanning
+for owner, name in ((cycle.Engine, '_fresh_desired'), (cycle.Engine, '_scan'), (cycle.Engine, '_mark'),
+                    (cycle.Engine, '_report_items'), (cycle.Engine, '_cycle'), (scanning, '_read_host'),
+                    (scanning, 'scan_node')):
+    setattr(owner, name, peaked(name, getattr(owner, name)))
+cycle.detect = peaked('detect', cycle.detect)
+runpy.run_module('nodegc', run_name='__main__')
+"""
+"""The agent under tracemalloc: a snapshot when start-up is done (after its gc.freeze), one between two
+cycles (after the warm-up) and one in the next cycle when its findings are made (`Engine._judged`, near its
+peak), the traced memory and its peak at every wait between cycles."""
+
+
+def agent_env(src: Path | None, trace: Path | None, warmup: int) -> dict[str, str] | None:
+    if src is None and trace is None:
+        return None
+    env = dict(os.environ)
+    if src is not None:  # another checkout's nodegc, ahead of this one's editable install
+        env["PYTHONPATH"] = os.pathsep.join(x for x in (str(src), env.get("PYTHONPATH")) if x)
+    if trace is not None:
+        trace.mkdir()
+        env |= {"NODEGC_TRACE_DIR": str(trace), "NODEGC_TRACE_AT": str(warmup), "NODEGC_TRACE_FRAMES": "16"}
+    return env
+
+
+def read_trace(trace: Path, warmup: int, *, top: int) -> dict[str, Any]:
+    """Python objects (tracemalloc), MB: at start-up, kept between cycles after the warm-up, a cycle's peak
+    above what it started from; the sites of what is kept between cycles but was not there at start-up, and
+    of what a cycle holds when its findings are made beyond that; the modules loaded at start-up."""
+    notes = [json.loads(line) for line in (trace / "memory.jsonl").read_text().splitlines()]
+    startup, cycles = notes[0], notes[1:]
+    kept = next((n for n in cycles if n["at"] == warmup), cycles[-1])
+    before = {n["at"]: n["current"] for n in notes}
+    peaks = [n["peak"] - before[n["at"] - 1] for n in cycles if n["at"] > warmup]
+    kept_sites = _sites(*(trace / f"{x}.snapshot" for x in ("startup", "between")))
+    cycle_sites = _sites(*(trace / f"{x}.snapshot" for x in ("between", "judged")))
+    mb = 1e6
     return {
-        "setup": setup,
-        "runtime_socket": bool(runtime),
+        "startup_mb": round(startup["current"] / mb, 2),
+        "startup_modules": len(startup["modules"]),
+        "between_cycles_mb": round(kept["current"] / mb, 2),
+        "cycle_peak_above_start_mb": round(statistics.median(peaks) / mb, 2) if peaks else None,
+        "modules_after_cycles": len(cycles[-1]["modules"]),
+        "modules_loaded_by_cycles": sorted(set(cycles[-1]["modules"]) - set(startup["modules"])),
+        "kept_sites_mb": {k: round(v / mb, 3) for k, v in sorted(kept_sites.items(), key=lambda kv: -kv[1])[:top]},
+        "cycle_sites_mb": {k: round(v / mb, 3) for k, v in sorted(cycle_sites.items(), key=lambda kv: -kv[1])[:top]},
+        "cycle_part_peaks_mb": {k: round(statistics.median(v) / mb, 2)
+                                for k, v in json.loads((trace / "peaks.json").read_text()).items()},
+        "startup_module_names": startup["modules"],
+    }
+
+
+def _sites(before: Path, after: Path) -> dict[str, int]:
+    """Bytes allocated at each site, after minus before; an allocation is charged to its innermost frame
+    in nodegc (else its innermost frame)."""
+    import tracemalloc
+
+    sites: dict[str, int] = {}
+    for sign, path in ((-1, before), (1, after)):
+        for t in tracemalloc.Snapshot.load(str(path)).traces:
+            frames = list(t.traceback)
+            frame = next((f for f in reversed(frames) if "/nodegc/" in f.filename), frames[-1])
+            where = f"{frame.filename.rpartition('/src/')[2] or frame.filename}:{frame.lineno}"
+            sites[where] = sites.get(where, 0) + sign * t.size
+    return sites
+
+
+def summary(runs: list[dict[str, Any]], args: argparse.Namespace) -> dict[str, Any]:
+    cpu = statistics.median(x["cpu_seconds_per_cycle"] for x in runs)
+    out: dict[str, Any] = {
         "cpu_seconds_per_cycle": round(cpu, 4),
         "core_share_at_interval_percent": round(100 * cpu / args.interval, 3),
         "startup_rss_mib": statistics.median(x["startup_rss_mib"] or 0.0 for x in runs),
         "rss_mib": statistics.median(x["rss_mib"] for x in runs),
         "peak_rss_mib": statistics.median(x["peak_rss_mib"] for x in runs),
-        "runs": runs,
     }
+    traced = [x["memory_trace"] for x in runs if "memory_trace" in x]
+    if traced:
+        out |= {f"traced_{k}": statistics.median(t[k] for t in traced)
+                for k in ("startup_mb", "between_cycles_mb", "cycle_peak_above_start_mb") if traced[0][k] is not None}
+    return {**out, "runs": runs}
 
 
 def main() -> int:
@@ -223,9 +389,20 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3, help="agents run one after another per setup (medians)")
     parser.add_argument("--setups", default="snapshot,api,api+runtime",
                         help=f"comma-separated, of {', '.join(SETUPS)}")
+    parser.add_argument("--api-pods", choices=("minimal", "real"), default="minimal",
+                        help="the test API server's pods: little more than what nodegc reads, or as big as a"
+                             " cluster's (about 7.5 KB: managedFields, labels, a full spec and status)")
     parser.add_argument("--run-interval", type=float, default=2.0,
                         help="the agent's interval during the run (the CPU of a cycle does not depend on it)")
     parser.add_argument("--interval", type=float, default=30.0, help="the production interval the share is for")
+    parser.add_argument("--against", type=Path, default=None, metavar="SRC",
+                        help="another checkout's src directory: each repeat runs its agent too, right after this"
+                             " one's (interleaved), reported under `against`")
+    parser.add_argument("--trace-memory", action="store_true",
+                        help="run the agents under tracemalloc (slower; RSS and CPU then include its cost) and"
+                             " report Python objects at start-up, kept between cycles, a cycle's peak, and where"
+                             " what is kept between cycles was allocated")
+    parser.add_argument("--trace-top", type=int, default=25, help="sites listed with --trace-memory")
     args = parser.parse_args()
     setups = [x.strip() for x in args.setups.split(",") if x.strip()]
     unknown = [x for x in setups if x not in SETUPS]
@@ -247,6 +424,7 @@ def main() -> int:
         "cpus": os.cpu_count(),
         "load_average_before_after": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
         "pods": args.pods,
+        "api_pods": args.api_pods,
         "build_seconds": round(build_s, 1),
         "interval_seconds": args.interval,
         "setups": results,

@@ -36,7 +36,9 @@ _BIND = '"$0" -c "import socket, sys; socket.socket(socket.AF_UNIX).bind(sys.arg
 def _stand_in(sid: str, address: str, *, foreign: bool) -> subprocess.Popen[str]:
     """A process named as a shim with a shim's flags; `foreign`: in a mount namespace of its own, where a
     socket of its own is at `address`."""
-    shim = f'echo up && exec -a {_SHIM} bash -c "sleep 600; :" -namespace k8s.io -id {sid} -address "$1"'
+    # No child: a real shim's children are its containers' processes, which a stand-in has none of.
+    shim = (f'echo up && exec -a {_SHIM} "$0" -c "import time; time.sleep(600)" -namespace k8s.io -id {sid}'
+            ' -address "$1"')
     argv = ["bash", "-c", shim, sys.executable, address]
     if foreign:
         argv = ["unshare", "--mount", "--propagation", "private", "bash", "-c",

@@ -467,3 +467,51 @@ def _ppid_of(pid: int) -> int | None:
     except OSError:
         return None
     return int(raw[raw.rindex(b")") + 2:].split()[1])
+
+
+def _join_cgroups_of(pid: int, target: int) -> None:
+    """Moves `pid` into every cgroup (each hierarchy) `target` is in."""
+    mounts: list[tuple[str, set[str]]] = []  # (mount point, controllers); cgroup2 has none
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        left, right = line.split(" - ", 1)
+        fstype, _, opts = right.split(" ", 2)
+        if fstype in ("cgroup", "cgroup2"):
+            mounts.append((left.split(" ")[4], set(opts.split(",")) if fstype == "cgroup" else set()))
+    for line in Path(f"/proc/{target}/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        wanted = set(controllers.split(",")) if controllers else set()
+        point = next(m for m, c in mounts if (wanted <= c if wanted else not c))
+        Path(point + path, "cgroup.procs").write_text(str(pid))
+
+
+def test_a_shim_whose_child_is_in_a_listed_containers_cgroup_is_not_signalled(containerd_node: Runtime) -> None:
+    """A process that looks like an orphan shim of this runtime, with a child in the cgroups of a container
+    the runtime lists (a live pod's): the fresh list names that id, nothing is signalled."""
+    _, rt = containerd_node
+    live = new_spec("live")
+    live_sid = rt.run_sandbox(live)
+    live_cid = rt.run_container(live_sid, live)
+    live_pid = _container_pids(rt, live_cid)[live_cid]
+    fake_id = "d" * 64
+    shim = subprocess.Popen(["containerd-shim-runc-v2", "-c", "sleep 600 & wait", "-namespace", "k8s.io", "-id",
+                             fake_id, "-address", str(rt.socket)], executable="/bin/bash")
+    children: list[int] = []
+    try:
+        deadline = time.monotonic() + 5
+        while not children and time.monotonic() < deadline:
+            children = [int(e.name) for e in Path("/proc").iterdir() if e.name.isdigit()
+                        and _ppid_of(int(e.name)) == shim.pid]
+            time.sleep(0.05)
+        assert len(children) == 1
+        _join_cgroups_of(children[0], live_pid)
+        left = RuntimeLeftover("shim", fake_id, f"/proc/{shim.pid}", pid=shim.pid,
+                               start_time=start_ticks(Path("/proc"), shim.pid), address=str(rt.socket))
+        out = stop_shim(left, endpoint=rt.endpoint, timeout=5.0, term_wait=1.0)
+        assert out.identity_changed and not out.ok and f"lists {live_cid[:12]}" in out.detail, out
+        assert shim.poll() is None and _alive(children[0]) and _alive(live_pid)
+    finally:
+        shim.kill()
+        shim.wait()
+        for c in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(c, signal.SIGKILL)

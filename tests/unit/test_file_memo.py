@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import time
@@ -149,3 +150,31 @@ def test_reservations_remembered_scan_after_scan_equal_a_fresh_read(tmp_path: Pa
         fresh = cni_ipam.scan_ip_reservations(tmp_path)
         assert remembered == fresh
     cni_ipam.forget_parsed_reservations()
+
+
+def test_cache_entries_share_their_network_configuration_across_scans(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every entry of a network carries the same configuration: one string for all of them, also for an
+    entry written after the scan that parsed (and remembered) the others; the entries parsed in one scan
+    share their network's name and their common CNI args too."""
+    monkeypatch.setattr(files, "SETTLED_NS", 0)
+    results = tmp_path / "results"
+    results.mkdir()
+    config = base64.b64encode(b'{"cniVersion":"1.0.0","name":"net","plugins":[{"type":"bridge"}]}').decode()
+
+    def write(cid: str) -> None:
+        doc = {"kind": "cniCacheV1", "containerId": cid, "ifName": "eth0", "networkName": "net", "config": config,
+               "cniArgs": [["IgnoreUnknown", "1"], ["K8S_POD_NAMESPACE", "default"], ["K8S_POD_UID", f"u-{cid}"]]}
+        (results / f"net-{cid}-eth0").write_text(json.dumps(doc))
+
+    write("c1")
+    write("c2")
+    first, _ = cni_cache.scan_cni_cache(tmp_path)
+    write("c3")
+    again, _ = cni_cache.scan_cni_cache(tmp_path)
+    assert again[:2] == first  # remembered
+    assert len({id(e.config_json) for e in again}) == 1
+    assert len({id(e.network) for e in first}) == len({id(e.cni_args[1]) for e in first}) == 1  # in one scan
+    assert [e.pod_uid for e in again] == ["u-c1", "u-c2", "u-c3"]
+    assert again[2] == cni_cache.parse_cache_entry(again[2].path, (results / "net-c3-eth0").read_bytes(),
+                                                   inode=again[2].inode, mtime=again[2].mtime)

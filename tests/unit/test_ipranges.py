@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import math
 import os
@@ -82,7 +83,7 @@ def test_scan_reads_conf_dir_and_cached_configs_and_reports_bad_files(tmp_path: 
     os.symlink("/etc/passwd", tmp_path / "30-link.conf")
     old = json.dumps(_conflist([{"subnet": "10.99.0.0/24"}]))
     entry = cache("c1", uid="u1")
-    entry = type(entry)(**{**entry.__dict__, "config_json": old})
+    entry = dataclasses.replace(entry, config_json=old)
     ranges, problems = scan_ranges(tmp_path, [entry, entry])
     assert [(r.label, r.source) for r in ranges] == [("10.244.0.0/24", "conf"), ("10.99.0.0/24", "cache")]
     assert any("20-broken.conf" in p for p in problems) and any("30-link.conf" in p for p in problems)

@@ -363,6 +363,27 @@ def test_rule_memo_parses_dump_after_dump_exactly_as_a_fresh_parse() -> None:
     assert again == parse_iptables_save(FIXTURE.read_text(), memo=memo) == parse_iptables_save(FIXTURE.read_text())
 
 
+def test_a_parse_keeps_one_object_per_chain_name_and_owner() -> None:
+    """The rules of one container name its chain and its owner several times: one object each, with the
+    memo or without (what the scan keeps between cycles holds them all)."""
+    from nodegc.hostio.iptables import RuleMemo
+
+    text = FIXTURE.read_text()
+    for memo in (None, RuleMemo(), RuleMemo()):
+        chains, hostport, _ = parse_iptables_save(text, memo=memo)
+        owned = [c for c in chains if c.container_id is not None]
+        assert owned
+        by_cid: dict[str, set[int]] = {}
+        for c in owned:
+            by_cid.setdefault(c.container_id or "", set()).add(id(c.container_id))
+        for r in hostport:
+            if r.container_id in by_cid:
+                by_cid[r.container_id].add(id(r.container_id))
+        assert all(len(ids) == 1 for ids in by_cid.values())
+        assert len({id(c.network) for c in owned}) == len({c.network for c in owned})
+    assert parse_iptables_save(text, memo=memo) == parse_iptables_save(text)
+
+
 def test_rule_memo_keeps_one_dumps_lines_whatever_parses_overlap() -> None:
     """Two parses at once on one memo (two threads) and a clear() in the middle of one: the memo ends up
     holding the lines of one whole dump (the last one to finish), or nothing after a clear, never a

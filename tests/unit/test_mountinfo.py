@@ -213,3 +213,14 @@ def test_without_reuse_every_read_is_parsed_and_a_failed_read_is_a_problem(tmp_p
     _proc(tmp_path, "")
     assert read_mounts(proc, reuse=True) == ((), ())  # an empty table is not the remembered one
     forget_parses()
+
+
+def test_a_table_keeps_one_string_per_type_source_and_options() -> None:
+    """A node's thousands of tmpfs volumes spell "tmpfs" thousands of times: one object each in the parse."""
+    lines = [f"{100 + i} 35 0:{60 + i} / /var/lib/kubelet/pods/u{i}/volumes/v rw,relatime shared:1 - tmpfs tmpfs"
+             f" rw,size=4096k" for i in range(3)]
+    mounts, reasons = parse_mountinfo("\n".join(lines))
+    assert reasons == () and len(mounts) == 3
+    for field in ("fs_type", "source", "options", "root"):
+        assert len({id(getattr(m, field)) for m in mounts}) == 1, field
+    assert [m.mount_point for m in mounts] == [f"/var/lib/kubelet/pods/u{i}/volumes/v" for i in range(3)]

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
+import time
 from importlib import metadata
 from typing import Any
 
@@ -89,6 +90,11 @@ class WatchRequests:
         return response
 
 
+BODY_TIMEOUTS = 3
+"""A list page or GET must arrive whole within this many of its request's read timeouts (30 s by default):
+the timeout itself bounds each read of the socket only."""
+
+
 class RawReads:
     """Lists and GETs on one lightkube client (its connection pool, auth, base URL, the URL and query it
     builds, its error for a failed status); the body comes back undecoded."""
@@ -110,8 +116,16 @@ class RawReads:
 
     def _body(self, basic: BasicRequest) -> bytearray:
         """The body, read into one buffer as it arrives: httpx2's `read()` joins a list of its chunks, so a
-        page of a list would be held twice at its end."""
-        response: httpx2.Response = self._generic.send(self._generic.build_adapter_request(basic), stream=True)
+        page of a list would be held twice at its end.
+
+        The request's timeouts bound each read of the socket, not the body: a server or proxy that sends it a
+        little at a time, each read within the timeout, would hold the caller for as long as it cared to. The
+        whole body must arrive within BODY_TIMEOUTS read timeouts (ReadTimeout otherwise)."""
+        request = self._generic.build_adapter_request(basic)
+        read_timeout: float | None = (request.extensions.get("timeout") or {}).get("read")
+        budget = BODY_TIMEOUTS * read_timeout if read_timeout else None
+        deadline = time.monotonic() + budget if budget is not None else None
+        response: httpx2.Response = self._generic.send(request, stream=True)
         try:
             if not response.is_success:
                 response.read()  # the error carries the Status the server sent
@@ -119,6 +133,9 @@ class RawReads:
             body = bytearray()
             for chunk in response.iter_bytes():
                 body += chunk
+                if deadline is not None and time.monotonic() > deadline:
+                    raise httpx2.ReadTimeout(f"the answer did not arrive whole within {BODY_TIMEOUTS} read "
+                                             f"timeouts ({budget:g}s)", request=request)
             return body
         finally:
             response.close()

@@ -34,7 +34,7 @@ from nodegc.inventory.scanning import scan_node
 from nodegc.ledger.store import Ledger, LedgerError
 from nodegc.model.findings import Finding, FindingClass
 from nodegc.model.ipranges import RangeStatus
-from nodegc.model.items import Item, Phase
+from nodegc.model.items import Item, Phase, item_key
 from nodegc.model.pods import DesiredState, OwnerState, Pod
 from nodegc.model.resources import Inventory, Kind, ReadProblem
 from nodegc.model.runtime import RuntimeSandbox
@@ -306,8 +306,11 @@ class Engine:
         """Every finding updates its ledger item: first seen, scans in a row, marked after K scans and grace."""
         blind = Blind(inventory.problems)
         items = self.ledger.items(active_only=True)
-        self._persist(reconcile(items, findings, {k: identity_of(r) for k, r in resources(inventory).items()},
-                                now=now, policy=self.settings.phases, blind=blind), now)
+        # Only a residue finding's item takes its resource's identity: on a node of live pods, none is made.
+        residue = [f for f in findings if f.cls.is_residue]
+        current = resources(inventory) if residue else {}
+        idents = {key: identity_of(current[key]) for f in residue if (key := item_key(f.kind, f.id)) in current}
+        self._persist(reconcile(items, findings, idents, now=now, policy=self.settings.phases, blind=blind), now)
 
     # -- detect ----------------------------------------------------------------------------------
 

@@ -11,7 +11,7 @@ import os
 import stat
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from nodegc.model.resources import Kind, ReadProblem
@@ -153,3 +153,20 @@ class FileMemo(Generic[T]):
     def clear(self) -> None:
         with self._lock:
             self._known, self._seen = {}, {}
+
+
+@dataclass
+class Shared:
+    """One object for each distinct string (and pair of strings) a parse meets: what a scan keeps from one
+    cycle to the next holds thousands of copies of a few texts otherwise (every cache entry of a network
+    carries its whole configuration, every rule of a chain names it). Strings are immutable, so an equal
+    object is the same value."""
+
+    strings: dict[str, str] = field(default_factory=dict)
+    pairs: dict[tuple[str, str], tuple[str, str]] = field(default_factory=dict)
+
+    def text(self, value: str) -> str:
+        return self.strings.setdefault(value, value)
+
+    def pair(self, value: tuple[str, str]) -> tuple[str, str]:
+        return self.pairs.setdefault(value, value)

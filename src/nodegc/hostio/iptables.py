@@ -19,6 +19,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nodegc.hostio.files import Shared
 from nodegc.hostio.iptables_backend import IPV6_SAVES
 from nodegc.model.resources import HostportRule, IptablesChain, Kind, ReadProblem
 from nodegc.settings import in_net_ns
@@ -35,7 +36,7 @@ _COUNTERS = re.compile(r"^\[\d+:\d+\]\s+")
 _SHOWN = 160
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class _Rule:
     chain: str
     text: str
@@ -56,14 +57,15 @@ class _Table:
 class RuleMemo:
     """The parse of each rule line of the last dump, by the line's text: the parse is a function of the
     text alone, so a line met again parses to the same rule (a legacy node, dumped every scan, parses
-    only its changed lines). Lines the last parse did not meet are forgotten.
+    only its changed lines). Lines the last parse did not meet are forgotten. A line's parse is kept as
+    the rule, or as the reason it is none.
 
     A parse works on its own: begin() hands it the lines remembered then, end() makes what it met the
     memo. Parses that overlap (two threads) each leave one whole dump's lines, the last to end wins; a
     parse that began before a clear() leaves nothing (what was cleared stays cleared)."""
 
     def __init__(self) -> None:
-        self._known: dict[str, tuple[_Rule | None, str]] = {}
+        self._known: dict[str, _Rule | str] = {}
         self._generation = 0
         self._lock = threading.Lock()
 
@@ -91,17 +93,18 @@ class RuleParse:
 
     __slots__ = ("_known", "generation", "seen")
 
-    def __init__(self, known: dict[str, tuple[_Rule | None, str]], generation: int) -> None:
+    def __init__(self, known: dict[str, _Rule | str], generation: int) -> None:
         self._known = known  # never written: the memo replaces its dict, it does not change it
         self.generation = generation
-        self.seen: dict[str, tuple[_Rule | None, str]] = {}
+        self.seen: dict[str, _Rule | str] = {}
 
-    def parse(self, line: str) -> tuple[_Rule | None, str]:
+    def parse(self, line: str, shared: Shared | None = None) -> tuple[_Rule | None, str]:
         found = self._known.get(line)
         if found is None:
-            found = _parse_rule(_COUNTERS.sub("", line))
+            rule, reason = _parse_rule(_COUNTERS.sub("", line), shared)
+            found = reason if rule is None else rule
         self.seen[line] = found
-        return found
+        return (None, found) if isinstance(found, str) else (found, "")
 
 
 def parse_iptables_save(
@@ -114,6 +117,9 @@ def parse_iptables_save(
     tables: list[_Table] = []
     current: _Table | None = None
     session = memo.begin() if memo is not None else None
+    shared = Shared()
+    """One object for each chain name, target and owner of the lines parsed now (a container's chain and
+    owner are named by several lines, every rule of a chain names it)."""
     # "\n" only: splitlines() would also cut a rule at a U+2028 or \x1c inside a comment.
     for line_no, raw in enumerate(text.split("\n"), start=1):
         line = raw.strip()
@@ -140,9 +146,10 @@ def parse_iptables_save(
             if m is None:
                 skipped.append(f"line {line_no}: malformed chain declaration: {_shown(line)}")
             elif m["name"] not in current.chains:
-                current.chains.append(m["name"])
+                current.chains.append(shared.text(m["name"]))
         else:
-            rule, reason = session.parse(line) if session is not None else _parse_rule(_COUNTERS.sub("", line))
+            rule, reason = (session.parse(line, shared) if session is not None
+                            else _parse_rule(_COUNTERS.sub("", line), shared))
             if rule is None:
                 skipped.append(f"line {line_no}: {reason}: {_shown(line)}")
             else:
@@ -168,7 +175,7 @@ def _shown(line: str) -> str:
     return line if len(line) <= _SHOWN else line[:_SHOWN] + "..."
 
 
-def _parse_rule(line: str) -> tuple[_Rule | None, str]:
+def _parse_rule(line: str, shared: Shared | None = None) -> tuple[_Rule | None, str]:
     try:
         tokens = tokenize(line)
     except ValueError as e:
@@ -186,6 +193,12 @@ def _parse_rule(line: str) -> tuple[_Rule | None, str]:
             m = _OWNER.search(nxt)
             if m is not None:
                 owner = (m["network"], m["cid"])
+    if shared is not None:
+        chain = shared.text(chain)
+        if target is not None:
+            target = shared.text(target)
+        if owner is not None:
+            owner = shared.pair((shared.text(owner[0]), owner[1]))
     return _Rule(chain=chain, text=line, target=target, owner=owner), ""
 
 

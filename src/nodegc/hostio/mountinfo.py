@@ -40,7 +40,7 @@ def decode_mountinfo_field(s: str) -> str:
     return os.fsdecode(_OCTAL_ESCAPE.sub(_byte, raw))
 
 
-def _parse_line(line: str) -> Mount:
+def _parse_line(line: str, shared: dict[str, str] | None = None) -> Mount:
     # Split on single spaces only: an empty source is printed as an empty field and must keep its place.
     fields = line.split(" ")
     if len(fields) < _FIELDS_BEFORE_OPTIONAL + 3:
@@ -63,15 +63,22 @@ def _parse_line(line: str) -> Mount:
     mount_point = decode_mountinfo_field(fields[4])
     if not mount_point:
         raise ValueError("empty mount point")
+    root, options = decode_mountinfo_field(fields[3]), fields[5]
+    fs_type, source = decode_mountinfo_field(tail[0]), decode_mountinfo_field(tail[1])
+    if shared is not None:
+        # A node's thousands of mounts spell a few types, sources and option sets: one string each.
+        device, root = shared.setdefault(device, device), shared.setdefault(root, root)
+        options, fs_type = shared.setdefault(options, options), shared.setdefault(fs_type, fs_type)
+        source = shared.setdefault(source, source)
     return Mount(
         mount_id=mount_id,
         parent_id=parent_id,
         device=device,
-        root=decode_mountinfo_field(fields[3]),
+        root=root,
         mount_point=mount_point,
-        options=fields[5],
-        fs_type=decode_mountinfo_field(tail[0]),
-        source=decode_mountinfo_field(tail[1]),
+        options=options,
+        fs_type=fs_type,
+        source=source,
     )
 
 
@@ -79,11 +86,12 @@ def parse_mountinfo(text: str) -> tuple[tuple[Mount, ...], tuple[str, ...]]:
     """One bad line must not hide the rest of the table, so it is skipped and its reason returned."""
     mounts: list[Mount] = []
     reasons: list[str] = []
+    shared: dict[str, str] = {}
     for number, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
             continue
         try:
-            mounts.append(_parse_line(line))
+            mounts.append(_parse_line(line, shared))
         except ValueError as e:
             reasons.append(f"line {number}: {e}")
     return tuple(mounts), tuple(reasons)

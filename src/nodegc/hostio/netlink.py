@@ -635,7 +635,8 @@ def _enter_and_open(net_ns: Path, protocol: int = NETLINK_ROUTE) -> socket.socke
     # (`_Stranded`), and the socket is not handed out then
     home = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
     try:
-        target = os.open(net_ns, os.O_RDONLY | os.O_CLOEXEC)
+        # O_NONBLOCK: a FIFO at the path does not block the open (setns then refuses it)
+        target = os.open(net_ns, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         try:
             _setns(target, f"cannot enter {os.fsdecode(net_ns)}")
         finally:
@@ -708,45 +709,92 @@ def _raise_if_error(buf: bytearray, start: int, end: int, what: str) -> None:
 
 
 def _parse_link(buf: bytearray, start: int, end: int) -> RawLink:
-    """One pass over the attributes, the hot loop of a scan: inlined, uninteresting types skipped early."""
-    if end - start < _IFINFOMSG.size:
+    """One link message, the hot loop of a scan. Where its attributes are is taken from the layout of an
+    earlier message of the same length whose attribute headers are all the same (one `struct` call reads
+    them), else found by walking the attributes (and remembered): the same headers at the same places
+    make the walk take the same steps, so it would find the same attributes at the same places."""
+    size = end - start
+    if size < _IFINFOMSG.size:
         raise NetlinkError("truncated link message header")
     index = _IFINFOMSG.unpack_from(buf, start)[2]
-    found: dict[int, tuple[int, int]] = {}
+    layout = _LAYOUTS.get(size)
+    if layout is None or layout.headers.unpack_from(buf, start) != layout.expected:
+        layout = _learn_layout(buf, start, end)
+    kind = None
+    span = layout.linkinfo
+    if span is not None:
+        for sub, c, d in _attrs(buf, start + span[0], start + span[1]):
+            if sub == IFLA_INFO_KIND:
+                kind = _zstring(buf, c, d)
+                break
+    name, mac, master, link = layout.name, layout.mac, layout.master, layout.link
+    netnsid, group = layout.netnsid, layout.group
+    return RawLink(
+        index,
+        _zstring(buf, start + name[0], start + name[1]) if name is not None else None,
+        _mac(buf, start + mac[0], start + mac[1]) if mac is not None else None,
+        _u32(buf, start + master[0], start + master[1]) if master is not None else None,
+        _u32(buf, start + link[0], start + link[1]) if link is not None else None,
+        _i32(buf, start + netnsid[0], start + netnsid[1]) if netnsid is not None else None,
+        kind,
+        _u32(buf, start + group[0], start + group[1]) if group is not None else None,
+    )
+
+
+_Span = tuple[int, int] | None
+
+
+class _Layout:
+    """Where, in link messages of one length, the attributes the reader uses are (payload start and end
+    counted from the message's start; the first of each type), and the attribute headers that put them
+    there, as `headers` reads them from such a message."""
+
+    __slots__ = ("expected", "group", "headers", "link", "linkinfo", "mac", "master", "name", "netnsid")
+
+    def __init__(self, headers: struct.Struct, expected: tuple[int, ...], spans: dict[int, tuple[int, int]]) -> None:
+        self.headers = headers
+        self.expected = expected
+        self.name: _Span = spans.get(IFLA_IFNAME)
+        self.mac: _Span = spans.get(IFLA_ADDRESS)
+        self.master: _Span = spans.get(IFLA_MASTER)
+        self.link: _Span = spans.get(IFLA_LINK)
+        self.netnsid: _Span = spans.get(IFLA_LINK_NETNSID)
+        self.group: _Span = spans.get(IFLA_GROUP)
+        self.linkinfo: _Span = spans.get(IFLA_LINKINFO)
+
+
+_LAYOUTS: dict[int, _Layout] = {}
+"""By message length. A node's links come in a few shapes: a thousand veths made alike have one."""
+_LAYOUTS_MAX = 256
+
+
+def _learn_layout(buf: bytearray, start: int, end: int) -> _Layout:
+    """Walk the attributes of one link message (an attribute that overruns its message fails it) and
+    remember their layout for messages of its length."""
+    spans: dict[int, tuple[int, int]] = {}
     unpack = _NLA_HDR.unpack_from
     wanted = _LINK_ATTRS
+    fmt = [f"={_IFINFOMSG.size}x"]
+    expected: list[int] = []
     off = start + _IFINFOMSG.size
+    gap = 0
     while off + 4 <= end:
         length, atype = unpack(buf, off)
         if length < 4 or off + length > end:
             raise NetlinkError(f"attribute {atype & _NLA_TYPE_MASK} of length {length} overruns its message")
-        atype &= _NLA_TYPE_MASK
-        if atype in wanted and atype not in found:
-            found[atype] = (off + 4, off + length)
-        off += (length + 3) & ~3
-    kind = None
-    span = found.get(IFLA_LINKINFO)
-    if span is not None:
-        for sub, c, d in _attrs(buf, *span):
-            if sub == IFLA_INFO_KIND:
-                kind = _zstring(buf, c, d)
-                break
-    name = found.get(IFLA_IFNAME)
-    mac = found.get(IFLA_ADDRESS)
-    master = found.get(IFLA_MASTER)
-    link = found.get(IFLA_LINK)
-    netnsid = found.get(IFLA_LINK_NETNSID)
-    group = found.get(IFLA_GROUP)
-    return RawLink(
-        index,
-        _zstring(buf, *name) if name is not None else None,
-        _mac(buf, *mac) if mac is not None else None,
-        _u32(buf, *master) if master is not None else None,
-        _u32(buf, *link) if link is not None else None,
-        _i32(buf, *netnsid) if netnsid is not None else None,
-        kind,
-        _u32(buf, *group) if group is not None else None,
-    )
+        fmt.append(f"{gap}xHH" if gap else "HH")
+        expected += (length, atype)
+        masked = atype & _NLA_TYPE_MASK
+        if masked in wanted and masked not in spans:
+            spans[masked] = (off + 4 - start, off + length - start)
+        step = (length + 3) & ~3
+        gap = step - 4
+        off += step
+    layout = _Layout(struct.Struct("".join(fmt)), tuple(expected), spans)
+    if len(_LAYOUTS) >= _LAYOUTS_MAX:
+        _LAYOUTS.clear()
+    _LAYOUTS[end - start] = layout
+    return layout
 
 
 def _loopback_index(buf: bytearray, start: int, end: int) -> int:

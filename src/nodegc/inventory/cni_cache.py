@@ -18,6 +18,7 @@ from nodegc.hostio.cni_files import CACHE_KIND, MAX_CACHE_BYTES
 from nodegc.hostio.files import (
     FileMemo,
     FileReadError,
+    Shared,
     irregular,
     list_top_dir,
     os_reason,
@@ -80,7 +81,11 @@ def _required_str(doc: dict[str, Any], key: str) -> str:
     return value
 
 
-def _cni_args(raw: object) -> tuple[tuple[str, str], ...]:
+_OWN_ARGS = frozenset({"K8S_POD_NAME", "K8S_POD_UID", "K8S_POD_INFRA_CONTAINER_ID"})
+"""cniArgs whose value is each pod's own: not worth sharing between entries."""
+
+
+def _cni_args(raw: object, shared: Shared) -> tuple[tuple[str, str], ...]:
     if raw is None:
         return ()
     if not isinstance(raw, list):
@@ -89,7 +94,8 @@ def _cni_args(raw: object) -> tuple[tuple[str, str], ...]:
     for item in raw:
         if not (isinstance(item, list) and len(item) == 2 and all(isinstance(x, str) for x in item)):
             raise ValueError(f"cniArgs entry {item!r} is not a [key, value] pair of strings")
-        pairs.append((item[0], item[1]))
+        key = shared.text(item[0])
+        pairs.append((key, item[1]) if key in _OWN_ARGS else shared.pair((key, item[1])))
     return tuple(pairs)
 
 
@@ -134,8 +140,14 @@ def _config(raw: object) -> str | None:
         raise ValueError(f"bad base64 in config: {e}") from e
 
 
-def parse_cache_entry(path: str, content: bytes, *, inode: int, mtime: float) -> CNICacheEntry:
-    """Strict on purpose: an entry that is not exactly what libcni writes is no evidence of ownership."""
+def parse_cache_entry(path: str, content: bytes, *, inode: int, mtime: float,
+                      shared: Shared | None = None) -> CNICacheEntry:
+    """Strict on purpose: an entry that is not exactly what libcni writes is no evidence of ownership.
+
+    `shared` (the scan's): equal strings and argument pairs of other entries, taken instead of this entry's
+    own copies (every entry of a network carries the same configuration, a kilobyte or more).
+    """
+    share = Shared() if shared is None else shared
     doc = _load(content)
     kind = doc.get("kind")
     if kind != CACHE_KIND:
@@ -146,29 +158,36 @@ def parse_cache_entry(path: str, content: bytes, *, inode: int, mtime: float) ->
     netns = doc.get("netns")
     if netns is not None and not isinstance(netns, str):
         raise ValueError("netns is not a string")
-    args = _cni_args(doc.get("cniArgs"))
+    args = _cni_args(doc.get("cniArgs"), share)
     pod: dict[str, str] = {}
     for key, value in args:  # later keys win, as they do when libcni builds CNI_ARGS
         if key in _POD_ARGS:
             pod[_POD_ARGS[key]] = value
     capability_args = doc.get("capabilityArgs")
+    config = _config(doc.get("config"))
+    capabilities = None if capability_args is None else json.dumps(capability_args, sort_keys=True)
     return CNICacheEntry(
         path=path,
         inode=inode,
         mtime=mtime,
-        network=network,
+        network=share.text(network),
         container_id=container_id,
-        ifname=ifname,
+        ifname=share.text(ifname),
         netns=netns or None,
         pod_namespace=pod.get("pod_namespace") or None,
         pod_name=pod.get("pod_name") or None,
         pod_uid=pod.get("pod_uid") or None,
-        infra_container_id=pod.get("infra_container_id") or None,
+        infra_container_id=_same(pod.get("infra_container_id") or None, container_id),
         ips=_result_ips(doc.get("result")),
         cni_args=args,
-        config_json=_config(doc.get("config")),
-        capability_args_json=None if capability_args is None else json.dumps(capability_args, sort_keys=True),
+        config_json=None if config is None else share.text(config),
+        capability_args_json=None if capabilities is None else share.text(capabilities),
     )
+
+
+def _same(value: str | None, other: str) -> str | None:
+    """`other` when equal to `value` (the sandbox's own id, named twice in an entry): one string kept."""
+    return other if value == other else value
 
 
 def _utf8(name: str) -> bool:
@@ -184,6 +203,7 @@ def scan_cni_cache(cni_data_dir: Path) -> tuple[tuple[CNICacheEntry, ...], tuple
     entries, problem = list_top_dir(results_path, kind=Kind.CNI_CACHE)
     problems: list[ReadProblem] = [problem] if problem else []
     found: list[CNICacheEntry] = []
+    shared = Shared()
     for entry in entries:
         try:
             if entry.is_symlink():
@@ -206,9 +226,11 @@ def scan_cni_cache(cni_data_dir: Path) -> tuple[tuple[CNICacheEntry, ...], tuple
             known = _PARSED.get(entry.path, entry.stat(follow_symlinks=False))
             if known is not None:
                 found.append(known)
+                _share_with(shared, known)
                 continue
             small = read_small_file(entry.path, limit=MAX_CACHE_BYTES)
-            parsed = parse_cache_entry(entry.path, small.content, inode=small.inode, mtime=small.mtime)
+            parsed = parse_cache_entry(entry.path, small.content, inode=small.inode, mtime=small.mtime,
+                                       shared=shared)
             _PARSED.put(entry.path, small, parsed)
             found.append(parsed)
         except (FileReadError, ValueError) as e:
@@ -217,6 +239,14 @@ def scan_cni_cache(cni_data_dir: Path) -> tuple[tuple[CNICacheEntry, ...], tuple
             problems.append(ReadProblem(Kind.CNI_CACHE, entry.path, os_reason(e)))
     _PARSED.end_scan()
     return tuple(found), tuple(problems)
+
+
+def _share_with(shared: Shared, entry: CNICacheEntry) -> None:
+    """A remembered entry's configuration is what an entry parsed later in the scan takes (its other
+    shared parts are small); without it, each entry written after the scan that parsed the others would
+    keep a copy of its own."""
+    if entry.config_json is not None:
+        shared.text(entry.config_json)
 
 
 _PARSED: FileMemo[CNICacheEntry] = FileMemo()

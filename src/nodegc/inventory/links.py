@@ -202,7 +202,8 @@ def _key_of_fd(entry: NetnsEntry, fd: int) -> _Key | None:
 def _open_netns(entry: NetnsEntry) -> int | ReadProblem:
     """An fd on the file, still the namespace the netns scan saw, or why not."""
     try:
-        fd = os.open(entry.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        # O_NONBLOCK: a FIFO put at the path since the scan does not block the open (its inode differs)
+        fd = os.open(entry.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as e:
         return ReadProblem(Kind.VETH, entry.path, f"cannot open netns: {e.strerror or e}")
     try:

@@ -297,8 +297,9 @@ def _read_by_netnsid(paths: Sequence[Path], out: list[tuple[str, ...] | NetnsRea
             try:
                 for i in range(start, min(start + _BATCH, len(paths))):
                     try:
-                        # as entering it opens it: whatever namespace the path names now
-                        fds[i] = os.open(paths[i], os.O_RDONLY | os.O_CLOEXEC)
+                        # as entering it opens it: whatever namespace the path names now (a FIFO put
+                        # there since the scan does not block the open: it has no id, and entering fails)
+                        fds[i] = os.open(paths[i], os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
                     except OSError:
                         continue  # entering it fails alike, and says why
                 ids = rtnl.netnsids(list(fds.values()))

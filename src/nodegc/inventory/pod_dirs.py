@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nodegc.hostio.files import os_reason, symlink_reason
+from nodegc.hostio.files import Shared, os_reason, symlink_reason
 from nodegc.hostio.inotify import IN_DELETE_SELF, IN_IGNORED, IN_MOVE_SELF, IN_Q_OVERFLOW, IN_UNMOUNT, Inotify
 from nodegc.hostio.kubelet import PLAUSIBLE_UID, csi_mount_point
 from nodegc.hostio.mountinfo import MountIndex
@@ -40,6 +40,8 @@ class _Scan:
     index: MountIndex
     problems: list[ReadProblem] = field(default_factory=list)
     watch: Callable[[str], None] | None = None
+    shared: Shared = field(default_factory=Shared)
+    """Volume plugin and container names, one string each (every pod repeats them)."""
 
     def problem(self, path: str, reason: str, *, kind: Kind = Kind.POD_DIR) -> None:
         self.problems.append(ReadProblem(kind, path, reason))
@@ -135,7 +137,7 @@ def _volume(scan: _Scan, *, uid: str, plugin: str, name: str, path: str, subpath
 
 def _volumes(scan: _Scan, uid: str, volumes_path: str) -> list[VolumeDir]:
     return [
-        _volume(scan, uid=uid, plugin=plugin.name, name=vol.name, path=vol.path)
+        _volume(scan, uid=uid, plugin=scan.shared.text(plugin.name), name=vol.name, path=vol.path)
         for plugin in scan.subdirs(volumes_path, kind=Kind.VOLUME_MOUNT)
         for vol in scan.leaves(plugin.path, kind=Kind.VOLUME_MOUNT)
     ]
@@ -187,7 +189,7 @@ def _pod(scan: _Scan, entry: os.DirEntry[str]) -> PodDir | None:
         elif name == "volume-subpaths" and scan.directory(child, kind=Kind.VOLUME_MOUNT):
             volumes.extend(_subpaths(scan, uid, child.path))
         elif name == "containers" and scan.directory(child):
-            containers.extend(c.name for c in scan.subdirs(child.path))
+            containers.extend(scan.shared.text(c.name) for c in scan.subdirs(child.path))
     return PodDir(
         uid=uid,
         path=entry.path,

@@ -15,8 +15,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from nodegc.hostio.files import FileReadError, read_small_file
 from nodegc.model.resources import Kind, ReadProblem, StaticPodManifest
 
@@ -81,9 +79,14 @@ def _load(content: bytes) -> Any:
         text = content.decode("utf-8")
     except UnicodeDecodeError as e:
         raise ValueError("the manifest is not UTF-8") from e
-    try:
-        if text.lstrip().startswith("{"):
+    if text.lstrip().startswith("{"):
+        try:
             return json.loads(text)
+        except (ValueError, RecursionError) as e:
+            raise ValueError(f"the manifest cannot be parsed: {type(e).__name__}") from e
+    import yaml  # at the first YAML manifest: a worker node has none, and the agent needs no YAML otherwise
+
+    try:
         return yaml.safe_load(text)
     except (ValueError, yaml.YAMLError, RecursionError) as e:
         raise ValueError(f"the manifest cannot be parsed: {type(e).__name__}") from e

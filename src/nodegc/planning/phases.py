@@ -215,10 +215,12 @@ def reconcile(
     seen absent: its absence proves nothing and it is not closed."""
     out: list[Transition] = []
     seen: set[str] = set()
+    """The items' keys the scan found (only those: a scan of 1,000 pods makes thousands of findings)."""
     for f in findings:
         key = item_key(f.kind, f.id)
-        seen.add(key)
         item = items.get(key)
+        if item is not None:
+            seen.add(key)
         identity = idents.get(key, ())
         if not f.cls.is_residue:
             if item is not None and item.phase in _ACTIVE:

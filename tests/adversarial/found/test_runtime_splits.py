@@ -54,7 +54,7 @@ def test_second_range_address_of_a_live_pod_unknown_to_runtime_is_not_taken() ->
 def test_dual_stack_address_of_live_sandbox_with_cache_entry_unknown_to_runtime() -> None:
     """Same split with a readable cache entry of p (IPv4 and IPv6), status shows only the IPv4 pod IP."""
     entry = cache("c1", uid="u1", ip="10.0.0.5")
-    entry = type(entry)(**{**entry.__dict__, "ips": ("10.0.0.5", "fd00::5")})
+    entry = replace(entry, ips=("10.0.0.5", "fd00::5"))
     inv = Inventory(
         taken_at=NOW,
         ip_reservations=(reservation("10.0.0.5", "c1"), reservation("fd00::5", "c1"), reservation("10.0.0.7", "c2")),

@@ -5,6 +5,7 @@ never the client."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -22,10 +23,12 @@ Rewrite = Callable[[dict[str, Any], dict[str, str]], "dict[str, Any] | bytes | R
 class RawBody(dict):  # type: ignore[type-arg]
     """A reply body sent as these bytes, not as JSON."""
 
-    def __init__(self, data: bytes, content_type: str = "application/json") -> None:
+    def __init__(self, data: bytes, content_type: str = "application/json", *, trickle: float = 0.0) -> None:
         super().__init__()
         self.data = data
         self.content_type = content_type
+        self.trickle = trickle
+        """Seconds between the body's bytes (a server or proxy that sends it a byte at a time)."""
 
 
 class Tamper:
@@ -78,7 +81,13 @@ def tamper(api: FakeKubeAPI, monkeypatch: pytest.MonkeyPatch) -> Tamper:
             self.send_header("Content-Type", payload.content_type)
             self.send_header("Content-Length", str(len(payload.data)))
             self.end_headers()
-            self.wfile.write(payload.data)
+            if not payload.trickle:
+                self.wfile.write(payload.data)
+                return
+            for i in range(len(payload.data)):
+                self.wfile.write(payload.data[i : i + 1])
+                self.wfile.flush()
+                time.sleep(payload.trickle)
         except (BrokenPipeError, ConnectionResetError):
             pass
 
