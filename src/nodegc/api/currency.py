@@ -23,10 +23,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 import lightkube
+from lightkube.core.decoders import decode_object
 from lightkube.resources.coordination_v1 import Lease
 
 from nodegc.api.errors import KubeError, get_or_none
 from nodegc.api.objects import object_resource_version, resource_version_number
+from nodegc.api.streaming import RawReads
 
 NODE_LEASE_NAMESPACE = "kube-node-lease"
 MAX_LEASE_AGE_SECONDS = 40.0
@@ -57,7 +59,10 @@ def node_lease_witness(client: lightkube.Client, node: str, *, now: datetime,
     what = f"the node Lease {NODE_LEASE_NAMESPACE}/{node}"
     cannot = f"cannot prove node {node}'s pods (as listed or as watched) are current"
     try:
-        lease = get_or_none(f"getting {what}", lambda: client.get(Lease, name=node, namespace=NODE_LEASE_NAMESPACE))
+        # Read as RawReads reads (the whole answer within its request's read timeouts), decoded as lightkube
+        # decodes a Lease.
+        lease = get_or_none(f"getting {what}", lambda: decode_object(
+            bytes(RawReads(client).get(Lease, namespace=NODE_LEASE_NAMESPACE, name=node)), Lease))
     except KubeError as e:
         raise KubeError(f"{cannot}: {e}", code=e.code, timed_out=e.timed_out) from e.__cause__
     if lease is None:

@@ -36,6 +36,7 @@ class Tamper:
         self.api = api
         self._lists: Rewrite | None = None
         self._gets: Rewrite | None = None
+        self._leases: Rewrite | None = None
         self.calls = 0
 
     def lists(self, fn: Rewrite) -> None:
@@ -46,8 +47,16 @@ class Tamper:
         """Every GET of one pod goes through fn(body, query)."""
         self._gets = fn
 
+    def leases(self, fn: Rewrite) -> None:
+        """Every GET of one node Lease goes through fn(body, query)."""
+        self._leases = fn
+
     def wrap(self, method: str, raw_path: str, headers: Any, raw_body: bytes = b"") -> Any:
         reply = FakeKubeAPI.handle(self.api, method, raw_path, headers, raw_body)
+        if isinstance(reply, Reply) and method == "GET" and "/kube-node-lease/leases/" in raw_path and self._leases:
+            self.calls += 1
+            out = self._leases(json.loads(json.dumps(reply.body)), {})
+            return out if isinstance(out, Reply) else Reply(reply.code, RawBody(out) if isinstance(out, bytes) else out)
         if not isinstance(reply, Reply) or method != "GET" or "/pods" not in raw_path:
             return reply
         from urllib.parse import parse_qs, urlsplit

@@ -59,6 +59,17 @@ def test_a_get_sent_a_byte_at_a_time_times_out(api: FakeKubeAPI, tamper: Tamper,
     assert took < 5 * TIMEOUT
 
 
+def test_a_node_lease_sent_a_byte_at_a_time_times_out(tamper: Tamper, kubeconfig: Path) -> None:
+    """The proof that a list is current reads the node's Lease first: bounded alike."""
+    tamper.api.start_kubelet("n1")
+    tamper.api.add_pod(pod("web"))
+    tamper.leases(_trickled)
+    with KubeSource("n1", kubeconfig=kubeconfig, timeout=TIMEOUT) as source:
+        took, error = _bounded(source.fetch)
+    assert isinstance(error, SourceError), error
+    assert took < 5 * TIMEOUT
+
+
 def test_an_answer_in_time_is_read(api: FakeKubeAPI, tamper: Tamper, kubeconfig: Path) -> None:
     api.add_pod(pod("web"))
     tamper.lists(lambda body, query: Reply(200, RawBody(json.dumps(body).encode(), trickle=0.0005)))

@@ -2,7 +2,8 @@
 ids move. A namespace dies and the id it had in the node's namespace is handed to the next one (the kernel
 takes the lowest free id); a namespace's file is left behind unmounted; a namespace mounted again at the path
 of a dead one; an id given by hand (`ip netns set`) to a namespace no veth ties to the node; the node's own
-namespace under a netns file. Each read equals entering every namespace."""
+namespace under a netns file; files that are no network namespace (a uts namespace, a directory, an empty
+file). Each read equals entering every namespace."""
 
 from __future__ import annotations
 
@@ -80,3 +81,20 @@ def test_an_id_given_by_hand_and_the_nodes_own_namespace(node: Node) -> None:
     node.made.append(extra)
     _set_id(node, extra, 78)
     assert _same(node, [extra, lone, own]) == [(), ("10.72.1.2",), ("10.72.9.2",)]
+
+
+def test_files_that_are_no_network_namespace(node: Node) -> None:
+    """Another kind of namespace bind-mounted at a netns path, a directory, an empty file: no id, no
+    entering; each read fails with its reason, and the namespaces beside them are read."""
+    pod = node.pod("pod", "10.72.2.2/24")
+    uts = node.dir / "uts"
+    uts.touch()
+    _run("mount", "--bind", "/proc/self/ns/uts", uts)
+    node.made.append(uts)
+    directory = node.dir / "dir"
+    directory.mkdir()
+    empty = node.dir / "empty"
+    empty.touch()
+    assert _by_netnsid(node, [uts, directory, empty, pod]) == [False, False, False, True]
+    read = _same(node, [uts, directory, empty, pod])
+    assert all(isinstance(r, str) for r in read[:3]) and read[3] == ("10.72.2.2",)
