@@ -12,6 +12,7 @@ import pytest
 from nodegc.inventory.cri.runtimes import forget_readers
 from nodegc.sandbox.containerd import SandboxContainerd, containerd_available
 from nodegc.sandbox.node import SandboxNode, namespace_is_private
+from nodegc.sandbox.reaper import start_reaper
 
 _HOST_DIR = Path(__file__).parent.resolve()
 _HOW = (
@@ -64,9 +65,18 @@ def containerd_node(sandbox_node: SandboxNode) -> Iterator[tuple[SandboxNode, Sa
             pytest.fail(f"{missing}; under CI the runtime tests must run (make deps installs it)", pytrace=False)
         pytest.skip(missing)
     runtime = SandboxContainerd(sandbox_node)
+    # A pytest killed outright (SIGKILL, OOM) runs no teardown: the reaper, in its own session, then ends
+    # this containerd, its shims and containers, removes its cgroup and unmounts the node, as for `make demo`.
+    reaper = start_reaper(root=sandbox_node.root, config=runtime.config, cgroup=runtime.cgroup_parent)
     try:
         runtime.start()
         yield sandbox_node, runtime
     finally:
-        runtime.close()
-        forget_readers()
+        try:
+            runtime.close()
+            forget_readers()
+            sandbox_node.close()  # idempotent: torn down with its own checks before the reaper looks
+        finally:
+            if reaper.stdin is not None:
+                reaper.stdin.close()
+            reaper.wait(timeout=60)
