@@ -12,7 +12,9 @@ process's start-up objects are frozen out of the cyclic collector (`gc.freeze`) 
   each scan (`nodegc.inventory.scanning.forget_remembered`, `nodegc.engine.detecting.forget_correlations`),
   as the first scan of a process;
   `scan_seconds_without_pod_dir_watch` is the steady scan without the watch (as `nodegc scan` would
-  scan again and again);
+  scan again and again); `scan_seconds_desired_changed` is the steady scan with one more pod (a new
+  UID, nothing of it on the node) in the desired state each time, so no correlation is taken again: what
+  a node whose pods change every cycle pays;
 - `bare_reads_seconds`: in the same run, the reads a scan cannot avoid (mountinfo, the directory
   listings, one netlink link dump, one iptables-save), and `scan_over_bare`, the ratio of the two;
   `bare_reads_with_files_seconds` adds what a scan must read beyond listing (every reservation and
@@ -47,6 +49,7 @@ import statistics
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
@@ -264,6 +267,14 @@ def measure(pods: int, repeat: int, runtime_sandboxes: int = 0, runtime_ready: i
         def scan(options: ScanOptions = AGENT_SCAN) -> None:
             detect(scan_node(node.roots, options), desired, now=datetime.now(UTC), policy=policy)
 
+        def changed_scan() -> None:
+            extra = dataclasses.replace(desired.pods[0], uid=str(uuid.uuid4()),
+                                        name=f"extra-{uuid.uuid4().hex[:8]}", static_uid=None)
+            other = dataclasses.replace(desired, pods=(*desired.pods, extra))
+            taken = REMEMBERED.taken_again
+            detect(scan_node(node.roots, AGENT_SCAN), other, now=datetime.now(UTC), policy=policy)
+            assert REMEMBERED.taken_again == taken, "a correlation of another desired state was taken again"
+
         def cold_scan() -> None:
             forget_remembered()
             forget_correlations()
@@ -280,6 +291,7 @@ def measure(pods: int, repeat: int, runtime_sandboxes: int = 0, runtime_ready: i
         scan_s = timed(scan, repeat)
         taken_again = REMEMBERED.taken_again - taken_before
         unwatched_s = timed(lambda: scan(unwatched), repeat)
+        changed_s = timed(changed_scan, repeat)
         bare_s = timed(lambda: bare_reads(node), repeat)
         files_s = timed(lambda: bare_reads_with_files(node), repeat)
         inventory, findings = detect(scan_node(node.roots, AGENT_SCAN), desired, now=datetime.now(UTC), policy=policy)
@@ -297,6 +309,8 @@ def measure(pods: int, repeat: int, runtime_sandboxes: int = 0, runtime_ready: i
             "correlations_taken_again": f"{taken_again} in {repeat} scans",
             "bare_reads_seconds": round(bare_s, 4),
             "scan_over_bare": round(scan_s / bare_s, 2),
+            "scan_seconds_desired_changed": round(changed_s, 4),
+            "desired_changed_over_bare": round(changed_s / bare_s, 2),
             "cold_scan_seconds": round(cold_s, 4),
             "cold_scan_over_bare": round(cold_s / bare_s, 2),
             "scan_seconds_without_pod_dir_watch": round(unwatched_s, 4),

@@ -83,7 +83,10 @@ def _alive(pid: int) -> bool:
 def _shims_of(rt: SandboxContainerd) -> dict[str, int]:
     out = {}
     for pid in rt.shim_pids():
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # exited since it was listed: not a shim any more
         if b"-id" in argv:
             out[argv[argv.index(b"-id") + 1].decode()] = pid
     return out
