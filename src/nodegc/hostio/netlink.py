@@ -303,9 +303,7 @@ class RtnlSocket:
         (which the kernel's lookup by name matches). An answer about any other link, or a link 1 without
         IFF_LOOPBACK, fails the read; no link 1 (no kernel does that) leaves nothing out."""
         link_seq, addr_seq = next(self._seq), next(self._seq)
-        ext_mask = _nla(IFLA_EXT_MASK, _U32.pack(RTEXT_FILTER_SKIP_STATS))
-        lookup = _IFINFOMSG.pack(socket.AF_UNSPEC, 0, LOOPBACK_IFINDEX, 0, 0) + ext_mask
-        self._send(_message(RTM_GETLINK, NLM_F_REQUEST, link_seq, lookup)
+        self._send(_message(RTM_GETLINK, NLM_F_REQUEST, link_seq, _LOOPBACK_LOOKUP)
                    + _message(RTM_GETADDR, NLM_F_REQUEST | NLM_F_DUMP, addr_seq, _IFADDRMSG.pack(0, 0, 0, 0, 0)))
         skip: int | None = None
         looked_up = False
@@ -317,11 +315,7 @@ class RtnlSocket:
             for mtype, _flags, mseq, start, end in _messages(buf, size):
                 if mseq == link_seq and not looked_up:
                     if mtype == NLMSG_ERROR:
-                        try:
-                            _raise_if_error(buf, start, end, f"link {LOOPBACK_IFINDEX}")
-                        except NetlinkError as e:
-                            if e.code not in (errno.ENODEV, errno.ENOENT):
-                                raise
+                        _no_loopback(buf, start, end)
                         looked_up = True
                     elif mtype == RTM_NEWLINK:
                         skip, looked_up = _loopback_index(buf, start, end), True
@@ -349,16 +343,9 @@ class RtnlSocket:
     def _peer_loopbacks(self, netnsids: Sequence[int]) -> list[int | None]:
         """The loopback's index (link 1, checked as `_loopback_index` checks it) in each namespace, None
         where there is no link 1."""
-        ext_mask = _nla(IFLA_EXT_MASK, _U32.pack(RTEXT_FILTER_SKIP_STATS))
-        lookup = _IFINFOMSG.pack(socket.AF_UNSPEC, 0, LOOPBACK_IFINDEX, 0, 0) + ext_mask
-
         def answer(slot: int, mtype: int, buf: bytearray, start: int, end: int) -> int | _NoAnswer | None:
             if mtype == NLMSG_ERROR:
-                try:
-                    _raise_if_error(buf, start, end, f"link {LOOPBACK_IFINDEX}")
-                except NetlinkError as e:
-                    if e.code not in (errno.ENODEV, errno.ENOENT):
-                        raise
+                _no_loopback(buf, start, end)
                 return None
             if mtype == RTM_NEWLINK:
                 if _link_target(buf, start, end) != netnsids[slot]:
@@ -367,7 +354,7 @@ class RtnlSocket:
                 return _loopback_index(buf, start, end)
             return _NO_ANSWER
 
-        return self._ask_each([(RTM_GETLINK, lookup + _nla(IFLA_TARGET_NETNSID, _I32.pack(nsid)))
+        return self._ask_each([(RTM_GETLINK, _LOOPBACK_LOOKUP + _nla(IFLA_TARGET_NETNSID, _I32.pack(nsid)))
                                for nsid in netnsids], answer)
 
     def _peer_addresses(self, netnsid: int) -> list[tuple[int, str]]:
@@ -808,6 +795,21 @@ def _learn_layout(buf: bytearray, start: int, end: int) -> _Layout:
         _LAYOUTS.clear()
     _LAYOUTS[end - start] = layout
     return layout
+
+
+_LOOPBACK_LOOKUP = (_IFINFOMSG.pack(socket.AF_UNSPEC, 0, LOOPBACK_IFINDEX, 0, 0)
+                    + _nla(IFLA_EXT_MASK, _U32.pack(RTEXT_FILTER_SKIP_STATS)))
+"""The body of an RTM_GETLINK request for link LOOPBACK_IFINDEX alone."""
+
+
+def _no_loopback(buf: bytearray, start: int, end: int) -> None:
+    """Raise the error answering the lookup of the loopback, unless it says the kernel has no such link
+    (then there is nothing to leave out)."""
+    try:
+        _raise_if_error(buf, start, end, f"link {LOOPBACK_IFINDEX}")
+    except NetlinkError as e:
+        if e.code not in (errno.ENODEV, errno.ENOENT):
+            raise
 
 
 def _loopback_index(buf: bytearray, start: int, end: int) -> int:
