@@ -194,3 +194,19 @@ def silent(sock: socket.socket) -> None:
                 return
         except TimeoutError:
             continue
+
+
+def first_request(sock: socket.socket) -> h2.connection.H2Connection:
+    """A server connection that has sent its SETTINGS and read the client's preface and first request."""
+    conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False))
+    conn.initiate_connection()
+    sock.sendall(conn.data_to_send())
+    sock.settimeout(2)
+    ended = False
+    while not ended:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise OSError("closed")
+        ended = any(isinstance(e, h2.events.StreamEnded) for e in conn.receive_data(chunk))
+        sock.sendall(conn.data_to_send())
+    return conn

@@ -12,15 +12,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import h2.config
-import h2.connection
-import h2.events
 import pytest
 from hyperframe.frame import ContinuationFrame, DataFrame, HeadersFrame, PingFrame, SettingsFrame
 
 from nodegc.inventory.cri.client import CRIError, RuntimeCallError, RuntimeClient, RuntimeUnavailable
 from nodegc.inventory.cri.messages import message
-from tests.unit.fakecri import FakeRuntime, Peer, Request
+from tests.unit.fakecri import FakeRuntime, Peer, Request, first_request
 
 TIMEOUT = 0.5
 BOUND = 5.0
@@ -47,25 +44,9 @@ def _fails(client: RuntimeClient, kind: type[CRIError] = CRIError) -> CRIError:
     return caught.value
 
 
-def _server(sock: socket.socket) -> h2.connection.H2Connection:
-    """A server connection that has sent its SETTINGS and read the client's preface and first request."""
-    conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False))
-    conn.initiate_connection()
-    sock.sendall(conn.data_to_send())
-    sock.settimeout(2)
-    ended = False
-    while not ended:
-        chunk = sock.recv(65536)
-        if not chunk:
-            raise OSError("closed")
-        ended = any(isinstance(e, h2.events.StreamEnded) for e in conn.receive_data(chunk))
-        sock.sendall(conn.data_to_send())
-    return conn
-
-
 def _flood(frame_bytes: bytes) -> Callable[[socket.socket], None]:
     def raw(sock: socket.socket) -> None:
-        _server(sock)
+        first_request(sock)
         sock.settimeout(0.05)
         end = time.monotonic() + 10
         while time.monotonic() < end:
@@ -110,7 +91,7 @@ def test_a_padded_reply_is_whole_and_a_padded_short_one_is_not(sock_path: Path) 
 
     def padded(short: bool) -> Callable[[socket.socket], None]:
         def raw(sock: socket.socket) -> None:
-            conn = _server(sock)
+            conn = first_request(sock)
             conn.send_headers(1, [(":status", "200"), ("content-type", "application/grpc")])
             sock.sendall(conn.data_to_send())
             data = body[:-7] if short else body
@@ -137,7 +118,7 @@ def test_data_of_a_stream_never_opened_is_not_part_of_the_reply(sock_path: Path)
     body = _list(20)
 
     def raw(sock: socket.socket) -> None:
-        conn = _server(sock)
+        conn = first_request(sock)
         conn.send_headers(1, [(":status", "200"), ("content-type", "application/grpc")])
         sock.sendall(conn.data_to_send())
         half = len(body) // 2
@@ -154,7 +135,7 @@ def test_a_list_split_over_many_frames_and_interleaved_with_pings_is_whole(sock_
     body = _list(300)
 
     def raw(sock: socket.socket) -> None:
-        conn = _server(sock)
+        conn = first_request(sock)
         conn.send_headers(1, [(":status", "200"), ("content-type", "application/grpc")])
         sock.sendall(conn.data_to_send())
         for i in range(0, len(body), 333):
@@ -187,7 +168,7 @@ def test_a_settings_flood_ends_at_the_deadline(sock_path: Path) -> None:
 
 def test_a_header_block_that_never_ends_is_refused_or_ends_at_the_deadline(sock_path: Path) -> None:
     def raw(sock: socket.socket) -> None:
-        conn = _server(sock)
+        conn = first_request(sock)
         first = HeadersFrame(1, b"\x88")  # :status 200, no END_HEADERS
         sock.sendall(first.serialize())
         del conn
@@ -205,7 +186,7 @@ def test_a_header_block_that_never_ends_is_refused_or_ends_at_the_deadline(sock_
 
 def test_a_huge_header_block_is_refused(sock_path: Path) -> None:
     def raw(sock: socket.socket) -> None:
-        conn = _server(sock)
+        conn = first_request(sock)
         conn.send_headers(1, [(":status", "200"), ("content-type", "application/grpc"),
                               *((f"x-{i}", "v" * 4000) for i in range(40))])
         sock.sendall(conn.data_to_send())
@@ -217,7 +198,7 @@ def test_a_huge_header_block_is_refused(sock_path: Path) -> None:
 
 def test_a_declared_length_of_4_gib_is_refused_at_once_without_a_buffer(sock_path: Path) -> None:
     def raw(sock: socket.socket) -> None:
-        conn = _server(sock)
+        conn = first_request(sock)
         conn.send_headers(1, [(":status", "200"), ("content-type", "application/grpc")])
         sock.sendall(conn.data_to_send() + DataFrame(1, b"\x00\xff\xff\xff\xff" + b"\x0a" * 100).serialize())
         time.sleep(2)

@@ -11,15 +11,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import h2.config
-import h2.connection
-import h2.events
 import pytest
 from hyperframe.frame import PingFrame, SettingsFrame
 
 from nodegc.inventory.cri.client import CRIError, RuntimeClient
 from nodegc.inventory.cri.messages import message
-from tests.unit.fakecri import FakeRuntime
+from tests.unit.fakecri import FakeRuntime, first_request
 
 N = 120
 
@@ -37,17 +34,10 @@ def _peer(seed: int, cut: bool) -> Callable[[socket.socket], None]:
     body = _reply_body()
 
     def raw(sock: socket.socket) -> None:
-        conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False))
-        conn.initiate_connection()
-        sock.sendall(conn.data_to_send())
-        sock.settimeout(2)
-        ended = False
-        while not ended:
-            chunk = sock.recv(65536)
-            if not chunk:
-                return
-            ended = any(isinstance(e, h2.events.StreamEnded) for e in conn.receive_data(chunk))
-            sock.sendall(conn.data_to_send())
+        try:
+            conn = first_request(sock)
+        except OSError:
+            return
         out = bytearray()
 
         def noise() -> None:
