@@ -51,7 +51,9 @@ def call(what: str, fn: Callable[[], T], *, timeout: float | None = None) -> T:
     try:
         return fn()
     except lightkube.ApiError as e:
-        code = e.status.code if e.status.code is not None else e.response.status_code
+        # The HTTP status is the answer's; a Status body can claim any code (a 5xx whose body says 404 is no
+        # NotFound).
+        code = e.response.status_code
         reason = e.status.reason or e.response.reason_phrase
         raise KubeError(f"{what} failed: HTTP {code} {reason}", code=code) from e
     except httpx2.HTTPStatusError as e:
@@ -64,8 +66,9 @@ def call(what: str, fn: Callable[[], T], *, timeout: float | None = None) -> T:
         raise KubeError(f"{what} timed out{after} ({type(e).__name__})", timed_out=True) from e
     except httpx2.HTTPError as e:
         raise KubeError(f"{what} failed: {type(e).__name__}: {e}") from e
-    except (MsgspecError, ValueError, TypeError, RecursionError) as e:
-        # RecursionError: an answer nested thousands deep, which the JSON decoder cannot follow.
+    except (MsgspecError, ValueError, TypeError, KeyError, RecursionError) as e:
+        # RecursionError: an answer nested thousands deep, which the JSON decoder cannot follow. KeyError: an
+        # error answer without the Content-Type lightkube's error decoding looks up.
         raise KubeError(f"{what}: malformed API response: {type(e).__name__}: {e}") from e
 
 

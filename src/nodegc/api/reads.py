@@ -58,6 +58,11 @@ def _decoders_of(shape: Any) -> tuple[msgspec.json.Decoder[_Page[Any]], msgspec.
     return found
 
 
+MAX_PAGES = 10_000
+"""Pages one list may take: a server or proxy that hands out a new continue token with every page, at one
+resourceVersion, would otherwise be followed forever (500 objects a page: 5 million objects)."""
+
+
 def list_all(
     client: lightkube.Client,
     resource: type[Any],
@@ -111,6 +116,9 @@ def list_all(
             if token in tokens:
                 raise KubeError(f"{what}: page {index + 1} hands out a continue token given before (the server "
                                 "or a proxy ignores continue): the list would never end")
+            if index + 1 >= MAX_PAGES:
+                raise KubeError(f"{what}: still handing out continue tokens after {MAX_PAGES} pages: a list "
+                                "that would never end")
             tokens.add(token)
             params["continue"] = token
             index += 1

@@ -160,7 +160,8 @@ class EndpointSliceSweeper:
             try:
                 pods.append(pod_from_object(obj))
             except ValueError as e:
-                namespace = (obj.get("metadata") or {}).get("namespace")
+                meta = obj.get("metadata")
+                namespace = meta.get("namespace") if isinstance(meta, Mapping) else None
                 if not isinstance(namespace, str) or not namespace:
                     raise KubeError(f"listing pods: a pod without namespace cannot be identified: {e}") from e
                 unknown.add(namespace)
