@@ -237,7 +237,9 @@ def add_runtime_flags(p: argparse.ArgumentParser, *, engine: bool = False) -> No
                    help="also stop such sandboxes through CRI (their workload is still running; default: report)")
     g.add_argument("--stop-orphan-shims", action="store_true",
                    help="also stop containerd-shim-runc-v2 processes whose id the runtime no longer lists"
-                        " (SIGTERM, then SIGKILL; default: report)")
+                        " (SIGKILL to the containers they ran first, their init processes pinned before; nothing is"
+                        " signalled when a child is in no container's cgroup; then SIGTERM, then SIGKILL;"
+                        " default: report)")
 
 
 def add_source_flags(p: argparse.ArgumentParser) -> None:

@@ -255,9 +255,10 @@ def _close_all(pinned: list[tuple[int, int, str]]) -> None:
             os.close(fd)
 
 
-def _stop_containers(pinned: list[tuple[int, int, str]]) -> str:
-    """SIGKILL to each pinned container process (the init of its pid namespace: the kernel then kills every
-    process in that namespace), then a bounded wait; what it says about them."""
+def _stop_containers(pinned: list[tuple[int, int, str]]) -> tuple[str, list[int]]:
+    """SIGKILL to each pinned container process (a container's init: unless its pid namespace is shared or
+    the host's, the kernel then kills every process in it), then a bounded wait: what it says about them,
+    and the pids still running."""
     left = []
     for pid, fd, _ in pinned:
         try:
@@ -267,8 +268,7 @@ def _stop_containers(pinned: list[tuple[int, int, str]]) -> str:
         if not _wait_exit(fd, _KILL_WAIT):
             left.append(pid)
     ids = sorted({cid[:12] for _, _, cid in pinned})
-    said = f"; killed its {len(pinned)} container process(es) ({', '.join(ids)})" if pinned else ""
-    return said + (f"; still running after SIGKILL: {left}" if left else "")
+    return (f"; killed its {len(pinned)} container process(es) ({', '.join(ids)})" if pinned else ""), left
 
 
 def stop_shim(left: RuntimeLeftover, *, endpoint: str | None, timeout: float, proc_root: Path = Path("/proc"),
@@ -278,7 +278,9 @@ def stop_shim(left: RuntimeLeftover, *, endpoint: str | None, timeout: float, pr
     The containers the shim ran outlive it when no containerd cleans up after it (a shim its daemon does
     not know): their init processes, the shim's children, are pinned with pidfds before anything is
     signalled, must each be in a container's cgroup whose id a fresh runtime list does not show either, and
-    get SIGKILL once the shim has exited."""
+    get SIGKILL before the shim is signalled: the live shim keeps them findable, so a step cut short after
+    the kill, or a container that outlives it, is met again by the next attempt (and the shim is left
+    running until none is left)."""
     if left.pid is None or left.start_time is None or not is_container_id(left.id):
         return Outcome.failed("refused: no verified pid, start time and id")
     try:
@@ -303,17 +305,24 @@ def stop_shim(left: RuntimeLeftover, *, endpoint: str | None, timeout: float, pr
         pinned, doubt = _pin_children(left.pid, proc_root)
         if doubt is not None:
             return Outcome.failed(f"not signalled: {doubt}")
+        try:
+            signal.pidfd_send_signal(pidfd, 0)  # still the shim: its pid was not handed on during the scan
+        except ProcessLookupError:
+            return Outcome.gone(f"shim pid {left.pid} exited")
         doubt = runtime_doubt(left, endpoint=endpoint, timeout=timeout, also=[cid for _, _, cid in pinned])
         if doubt is not None:
             return Outcome.changed(doubt) if doubt.startswith("the runtime lists") else Outcome.failed(doubt)
+        killed, survivors = _stop_containers(pinned)
+        if survivors:
+            return Outcome.failed(f"shim {left.id[:12]} not signalled: its container process(es) {survivors} still"
+                                  f" run {_KILL_WAIT:g}s after SIGKILL")
         for sig, wait in ((signal.SIGTERM, term_wait), (signal.SIGKILL, _KILL_WAIT)):
             try:
                 signal.pidfd_send_signal(pidfd, sig)
             except ProcessLookupError:
-                return Outcome.gone(f"shim pid {left.pid} exited{_stop_containers(pinned)}")
+                return Outcome.gone(f"shim pid {left.pid} exited{killed}")
             if _wait_exit(pidfd, wait):
-                return Outcome.done(f"stopped shim {left.id[:12]} (pid {left.pid}) with {sig.name}"
-                                    f"{_stop_containers(pinned)}")
+                return Outcome.done(f"stopped shim {left.id[:12]} (pid {left.pid}) with {sig.name}{killed}")
         return Outcome.failed(f"shim pid {left.pid} still runs {term_wait + _KILL_WAIT:g}s after SIGTERM and SIGKILL")
     finally:
         _close_all(pinned)
