@@ -258,7 +258,9 @@ class RtnlSocket:
         return self._acked(RTM_DELLINK, bodies, [f"delete link {index}" for index in indexes])
 
     def _acked(self, request: int, bodies: Sequence[bytes], what: Sequence[str]) -> list[NetlinkError | None]:
-        """Send one request per body in one datagram, each acknowledged on its own."""
+        """Send one request per body in one datagram, each acknowledged on its own (none: nothing sent)."""
+        if not bodies:
+            return []
         seqs = [next(self._seq) for _ in bodies]
         flags = NLM_F_REQUEST | NLM_F_ACK
         requests = (_message(request, flags, seq, body) for seq, body in zip(seqs, bodies, strict=True))
@@ -446,7 +448,10 @@ class RtnlSocket:
         """Send every (type, body) request in one write, each under its own sequence number, and read until
         each has its answer: `answer(slot, mtype, buf, start, end)` for every message to a request still
         unanswered (`_NO_ANSWER`: not an answer; it may raise). A message to no request, or to one already
-        answered, is passed over. The answers come in the requests' order."""
+        answered, is passed over. The answers come in the requests' order; no request is no answer (and
+        nothing is sent)."""
+        if not requests:
+            return []
         seqs = [next(self._seq) for _ in requests]
         first = seqs[0]
         self._send(b"".join(_message(mtype, NLM_F_REQUEST, seq, body)
@@ -478,7 +483,7 @@ class RtnlSocket:
         except TimeoutError as e:
             raise NetlinkError("no answer from the kernel in time") from e
         except OSError as e:
-            raise NetlinkError(f"netlink receive failed: {e.strerror or e}") from e
+            raise NetlinkError(f"netlink receive failed: {e.strerror or e}", code=e.errno) from e
         if size > _RECV_BUF:
             raise NetlinkError(f"netlink datagram of {size} bytes exceeds the {_RECV_BUF} byte buffer")
         return size
@@ -705,9 +710,19 @@ def _messages(buf: bytearray, size: int) -> list[tuple[int, int, int, int, int]]
         length, mtype, flags, seq, _pid = _NLMSG_HDR.unpack_from(buf, off)
         if length < hdr or off + length > size:
             raise NetlinkError(f"netlink message of length {length} at byte {off} of {size}")
+        if seq == 0 and mtype == NLMSG_ERROR:
+            _unsolicited_error(buf, off + hdr, off + length)
         out.append((mtype, flags, seq, off + hdr, off + length))
         off += (length + 3) & ~3
     return out
+
+
+def _unsolicited_error(buf: bytearray, start: int, end: int) -> None:
+    """An error under sequence 0 answers no request of ours (they count from 1): the kernel's word about
+    the socket itself, such as ENOBUFS after replies were dropped. Whatever was asked may never be
+    answered, so the read fails now, with the kernel's reason, instead of waiting for the timeout."""
+    _raise_if_error(buf, start, end, "netlink error to no request")
+    raise NetlinkError("netlink acknowledgement to no request (sequence 0)")
 
 
 def _raise_if_error(buf: bytearray, start: int, end: int, what: str) -> None:
