@@ -114,6 +114,15 @@ class NetlinkError(Exception):
         self.code = code
 
 
+def _time_left(timeout: float, what: str) -> float:
+    """`timeout` when there is time left; NetlinkError (a timeout, with its reason) when none is: a socket
+    given 0 turns non-blocking (a receive then fails with EAGAIN, not as a timeout) and a negative one is a
+    ValueError."""
+    if not timeout > 0:  # nan too
+        raise NetlinkError(f"{what}: no time left (timeout {timeout:g}s): not sent")
+    return timeout
+
+
 @dataclass(frozen=True, slots=True)
 class RawLink:
     """The attributes of one RTM_NEWLINK message the veth reader uses; absent ones are None.
@@ -145,6 +154,7 @@ class RtnlSocket:
     @classmethod
     def open(cls, net_ns: Path | None = None, *, timeout: float = DEFAULT_TIMEOUT) -> RtnlSocket:
         """In the current namespace, or in the one the netns file `net_ns` names (never created)."""
+        _time_left(timeout, "netlink socket")
         sock = _socket_in(net_ns, timeout=timeout) if net_ns is not None else _new_socket()
         try:
             sock.settimeout(timeout)
@@ -558,6 +568,10 @@ def open_many(paths: Sequence[Path], *, timeout: float = DEFAULT_TIMEOUT) -> lis
     """
     if not paths:
         return []
+    try:
+        _time_left(timeout, "netlink sockets")
+    except NetlinkError as e:
+        return [NetlinkError(f"{os.fsdecode(p)}: {e}") for p in paths]
     batch = _Batch()
     thread = threading.Thread(target=_open_many_in_thread, args=(list(paths), batch), name="nodegc-netns",
                               daemon=True)
@@ -948,8 +962,9 @@ _BE32 = struct.Struct(">I")
 def nft_generation(net_ns: Path | None = None, *, timeout: float = DEFAULT_TIMEOUT) -> int | None:
     """The nf_tables ruleset generation of the namespace: the kernel bumps it on every committed change of
     any table of any family, so an unchanged generation means an unchanged ruleset (counters aside). None
-    when it cannot be read (no nf_tables, no permission): the caller must then read the rules."""
+    when it cannot be read (no nf_tables, no permission, no time left): the caller must then read the rules."""
     try:
+        _time_left(timeout, "nf_tables generation")
         if net_ns is not None:
             sock = _socket_in(net_ns, timeout=timeout, protocol=NETLINK_NETFILTER)
         else:

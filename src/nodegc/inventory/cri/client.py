@@ -229,6 +229,9 @@ class RuntimeClient:
     def call(self, method: str, request: Any, response: str, *, timeout: float | None = None) -> Any:
         """One unary call, bounded by the client's timeout; errors become the client's own."""
         seconds = self.timeout if timeout is None else timeout
+        if not seconds > 0:  # nan too: a socket given 0 turns non-blocking, a negative one is a ValueError
+            raise RuntimeUnavailable(f"{method} on {self.endpoint}: DEADLINE_EXCEEDED: no time left (timeout "
+                                     f"{seconds:g} s): not sent", code="DEADLINE_EXCEEDED")
         deadline = time.monotonic() + seconds
         payload = request.SerializeToString()
         if not self._lock.acquire(timeout=max(0.0, seconds)):
