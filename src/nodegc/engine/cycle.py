@@ -22,7 +22,13 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from nodegc import defaults
-from nodegc.desired.source import FUTURE_TOLERANCE_SECONDS, DesiredSource, ProvableSource, SourceError
+from nodegc.desired.source import (
+    FUTURE_TOLERANCE_SECONDS,
+    DesiredSource,
+    ProvableSource,
+    RefreshableSource,
+    SourceError,
+)
 from nodegc.engine.detecting import detect
 from nodegc.engine.limits import TokenBucket
 from nodegc.engine.orphans import RunningOrphans, stop_running_orphan
@@ -191,6 +197,9 @@ class Engine:
         running orphans' grace where `clock` could step."""
         self._gave_up: frozenset[str] = frozenset()
         """Sandboxes whose removal through the runtime failed repeatedly, as of the last scan."""
+        self._started: float | None = None
+        self._interval: float | None = None
+        """The time between the last two cycles' starts: how much older the view will be at the next one."""
         self.bucket = TokenBucket(per_minute=self.settings.reclaims_per_minute, burst=self.settings.reclaim_burst,
                                   clock=clock)
 
@@ -208,6 +217,10 @@ class Engine:
         """detect -> mark -> (guards) -> terminate -> clean -> confirm; each step's writes reach the ledger
         before the next step acts on them."""
         report = CycleReport()
+        started = self.clock()
+        if self._started is not None and started > self._started:
+            self._interval = started - self._started
+        self._started = started
         detected = self._detect(report)
         if detected is None:
             self._unknown(report)
@@ -224,6 +237,7 @@ class Engine:
                 return report
             desired, inventory, findings = judged
             proven = True
+            self._refresh_ahead(desired)
         unchecked = inventory
         inventory = self._checked(inventory, desired, report)
         self._judged(inventory, findings, report)
@@ -300,6 +314,19 @@ class Engine:
             reason = _refusal(report)
             log.info("desired state unknown: scans in a row start again", items=len(transitions), reason=reason)
             self.metrics.streaks_restarted(reason, len(transitions))
+
+    def _refresh_ahead(self, proven: DesiredState) -> None:
+        """Ask a watched source for a list (proven by its own node Lease read) when the view this cycle acts on
+        will be older than --max-desired-age at the next cycle: without it, a watch whose proofs come only
+        from lists (a quiet cluster whose bookmarks do not advance, a watch cache that lags) is current for
+        about --max-desired-age after each resync, too short for K scans in a row over the grace, and marks
+        nothing. Only cycles with something to act on, on a proven view, ask; a healthy watch's proofs are
+        renewed by bookmarks and seldom get that old."""
+        if not isinstance(self.source, RefreshableSource):
+            return
+        age = self.clock() - proven.fetched_at.timestamp()
+        if age + (self._interval or 0.0) > self.settings.max_desired_age_seconds:
+            self.source.refresh(f"the view acted on is {age:.0f}s old and would be too old at the next cycle")
 
     def _observe_runtime(self, inventory: Inventory, findings: tuple[Finding, ...], desired: DesiredState,
                          now: float, report: CycleReport) -> None:
