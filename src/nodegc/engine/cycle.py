@@ -43,7 +43,7 @@ from nodegc.model.ipranges import RangeStatus
 from nodegc.model.items import Identity, Item, Phase, item_key
 from nodegc.model.pods import DesiredState, OwnerState, Pod
 from nodegc.model.resources import Inventory, Kind, ReadProblem
-from nodegc.model.runtime import RuntimeSandbox
+from nodegc.model.runtime import RuntimeSandbox, RuntimeView
 from nodegc.observe.logs import get_logger
 from nodegc.planning.correlate import CorrelationPolicy
 from nodegc.planning.guards import BlastRadius, blast_radius_refusal
@@ -197,6 +197,7 @@ class Engine:
         running orphans' grace where `clock` could step."""
         self._gave_up: frozenset[str] = frozenset()
         """Sandboxes whose removal through the runtime failed repeatedly, as of the last scan."""
+        self._unusable: tuple[RuntimeView | None, tuple[Pod, ...], str | None] | None = None
         self._started: float | None = None
         self._interval: float | None = None
         """The time between the last two cycles' starts: how much older the view will be at the next one."""
@@ -212,6 +213,18 @@ class Engine:
         except LedgerError:
             self.metrics.ledger_error()
             raise
+        finally:
+            self._unusable = None  # nothing of this cycle's views is kept to the next
+
+    def _runtime_unusable(self, view: RuntimeView | None, pods: tuple[Pod, ...]) -> str | None:
+        """`runtime_unusable`, once per runtime view and photograph: the runtime check (`_checked`) and the
+        running orphans' completeness (`_observe_runtime`) ask it of the same pair."""
+        memo = self._unusable
+        if memo is not None and memo[0] is view and memo[1] is pods:
+            return memo[2]
+        why = runtime_unusable(view, pods)
+        self._unusable = (view, pods, why)
+        return why
 
     def _cycle(self) -> CycleReport:
         """detect -> mark -> (guards) -> terminate -> clean -> confirm; each step's writes reach the ledger
@@ -333,7 +346,8 @@ class Engine:
         """Running orphans (their first-seen times) and orphan shims: reported every cycle, stopped only on
         opt-in and on a proven view."""
         report.running_orphans = self.orphans.observe(
-            findings, now, view=inventory.runtime, complete=runtime_unusable(inventory.runtime, desired.pods) is None)
+            findings, now, view=inventory.runtime,
+            complete=self._runtime_unusable(inventory.runtime, desired.pods) is None)
         report.orphan_shims = orphan_shims(inventory, findings)
         view = inventory.runtime
         self.metrics.runtime(None if view is None else view.reachable, len(report.running_orphans),
@@ -436,7 +450,7 @@ class Engine:
     def _checked(self, inventory: Inventory, desired: DesiredState, report: CycleReport) -> Inventory:
         """The scan checked against the runtime on the view the cycle acts on, once per scan: a runtime that
         cannot vouch for that view's pods adds its read problems, and `report.problems` counts them all."""
-        why = runtime_unusable(inventory.runtime, desired.pods)
+        why = self._runtime_unusable(inventory.runtime, desired.pods)
         if why:
             # Today's rules go on; nothing that needs the runtime's word is concluded this scan, and a
             # sandbox the list does not show is not gone (its item neither closes nor counts as done).
