@@ -333,8 +333,8 @@ class Engine:
         will be older than --max-desired-age at the next cycle: without it, a watch whose proofs come only
         from lists (a quiet cluster whose bookmarks do not advance, a watch cache that lags) is current for
         about --max-desired-age after each resync, too short for K scans in a row over the grace, and marks
-        nothing. Only cycles with something to act on, on a proven view, ask; a healthy watch's proofs are
-        renewed by bookmarks and seldom get that old."""
+        nothing. Only cycles with something to act on, on a proven view, ask; on a healthy watch, only when
+        the bookmark that reaches a proof's Lease read comes late."""
         if not isinstance(self.source, RefreshableSource):
             return
         age = self.clock() - proven.fetched_at.timestamp()
