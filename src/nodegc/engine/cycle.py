@@ -244,13 +244,13 @@ class Engine:
         if any(f.cls.is_residue for f in findings) or due(self.ledger.items(active_only=True).values(), now):
             # Something to mark or terminate: a watched view must first prove it is current, and the node is
             # judged again on the proven (older) photograph, whose minimum-age horizon protects more.
+            self._refresh_ahead(desired)
             judged = self._on_proven(desired, inventory, findings, report)
             if judged is None:
                 self._refused(desired, inventory, findings, now, report)
                 return report
             desired, inventory, findings = judged
             proven = True
-            self._refresh_ahead(desired)
         unchecked = inventory
         inventory = self._checked(inventory, desired, report)
         self._judged(inventory, findings, report)
@@ -328,18 +328,19 @@ class Engine:
             log.info("desired state unknown: scans in a row start again", items=len(transitions), reason=reason)
             self.metrics.streaks_restarted(reason, len(transitions))
 
-    def _refresh_ahead(self, proven: DesiredState) -> None:
-        """Ask a watched source for a list (proven by its own node Lease read) when the view this cycle acts on
-        will be older than --max-desired-age at the next cycle: without it, a watch whose proofs come only
-        from lists (a quiet cluster whose bookmarks do not advance, a watch cache that lags) is current for
-        about --max-desired-age after each resync, too short for K scans in a row over the grace, and marks
-        nothing. Only cycles with something to act on, on a proven view, ask; on a healthy watch, only when
-        the bookmark that reaches a proof's Lease read comes late."""
-        if not isinstance(self.source, RefreshableSource):
-            return
-        age = self.clock() - proven.fetched_at.timestamp()
-        if age + (self._interval or 0.0) > self.settings.max_desired_age_seconds:
-            self.source.refresh(f"the view acted on is {age:.0f}s old and would be too old at the next cycle")
+    def _refresh_ahead(self, fetched: DesiredState) -> None:
+        """Ask a watched source for a list (proven by its own node Lease read) when its view (dated by its
+        freshness: the last list, event or bookmark that moved it) will be older than --max-desired-age at the
+        next cycle. On a quiet cluster, whose bookmarks do not advance, only lists move the view: it is fresh
+        and proven for about --max-desired-age after each resync, four 30 s cycles where K=3 scans in a row
+        over the 120 s grace need five, and the node would mark nothing. Only cycles with something to act on
+        ask; a healthy watch's bookmarks keep its view younger than that."""
+        interval, max_age = self._interval, self.settings.max_desired_age_seconds
+        if not isinstance(self.source, RefreshableSource) or interval is None or interval >= max_age:
+            return  # a list now would be too old at the next cycle all the same
+        age = self.clock() - fetched.fetched_at.timestamp()
+        if age + interval > max_age:
+            self.source.refresh(f"the view is {age:.0f}s old and would be too old at the next cycle")
 
     def _observe_runtime(self, inventory: Inventory, findings: tuple[Finding, ...], desired: DesiredState,
                          now: float, report: CycleReport) -> None:
