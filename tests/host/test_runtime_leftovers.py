@@ -712,3 +712,53 @@ def test_a_container_cgroup_that_still_holds_a_process_keeps_its_bundle_and_runc
                         done=lambda: not (rt.state / TASKS / lost.cid).exists())
     assert not (rt.state / TASKS / lost.cid).exists() and not (RUNC / lost.cid).exists(), outs[-1][-3000:]
     assert not [cg for cg in app_cgroups if cg.exists()]
+
+
+def _stand_in_shim(rt: SandboxContainerd, child: str) -> tuple[subprocess.Popen[bytes], list[int]]:
+    """A process that looks like an orphan shim of this runtime, with one child (`child`, a bash command);
+    it stays after the child ended (a builtin read: no other child)."""
+    shim = subprocess.Popen(["containerd-shim-runc-v2", "-c", f"{child} & wait; read -r -t 600 _", "-namespace",
+                             "k8s.io", "-id", "d" * 64, "-address", str(rt.socket)], executable="/bin/bash",
+                            stdin=subprocess.PIPE)
+    deadline = time.monotonic() + 5
+    children: list[int] = []
+    while not children and time.monotonic() < deadline:
+        children = [int(e.name) for e in Path("/proc").iterdir() if e.name.isdigit()
+                    and _ppid_of(int(e.name)) == shim.pid]
+        time.sleep(0.05)
+    assert children
+    return shim, children
+
+
+def test_a_runc_call_of_the_shim_is_waited_for_then_the_shim_is_stopped(containerd_node: Runtime) -> None:
+    """A child of the shim in no container's cgroup whose command is `runc` is the shim's own call in flight:
+    it is never signalled, the step waits a bounded time for it to end and reads the children again."""
+    _, rt = containerd_node
+    shim, _ = _stand_in_shim(rt, "(exec -a runc sleep 1)")
+    try:
+        left = RuntimeLeftover("shim", "d" * 64, f"/proc/{shim.pid}", pid=shim.pid,
+                               start_time=start_ticks(Path("/proc"), shim.pid), address=str(rt.socket))
+        out = stop_shim(left, endpoint=rt.endpoint, timeout=5.0, term_wait=2.0)
+        assert out.ok and "SIGTERM" in out.detail, out
+        assert shim.wait(timeout=10) == -signal.SIGTERM
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            shim.kill()
+        shim.wait()
+
+
+def test_a_runc_call_that_does_not_end_fails_the_step_and_signals_nothing(containerd_node: Runtime) -> None:
+    _, rt = containerd_node
+    shim, children = _stand_in_shim(rt, "(exec -a runc sleep 600)")
+    try:
+        left = RuntimeLeftover("shim", "d" * 64, f"/proc/{shim.pid}", pid=shim.pid,
+                               start_time=start_ticks(Path("/proc"), shim.pid), address=str(rt.socket))
+        out = stop_shim(left, endpoint=rt.endpoint, timeout=5.0, term_wait=1.0)
+        assert not out.ok and "runc, a call still in flight" in out.detail, out
+        assert shim.poll() is None and all(_alive(c) for c in children)
+    finally:
+        shim.kill()
+        shim.wait()
+        for c in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(c, signal.SIGKILL)

@@ -53,6 +53,8 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 TERM_WAIT = 10.0
 """Seconds a shim gets to exit after SIGTERM before SIGKILL."""
 _KILL_WAIT = 5.0
+_RUNC_WAIT = 3.0
+"""Seconds a `runc` call of the shim (a child in no container's cgroup) gets to end before the step fails."""
 
 
 def runtime_doubt(left: RuntimeLeftover, *, endpoint: str | None, timeout: float,
@@ -415,10 +417,29 @@ def _container_of(proc_root: Path, pid: int) -> str | None:
     return found.pop() if len(found) == 1 else None
 
 
-def _pin_children(shim_pid: int, proc_root: Path) -> tuple[list[tuple[int, int, str]], str | None]:
+def _command(proc_root: Path, pid: int) -> str:
+    try:
+        with open(proc_root / str(pid) / "cmdline", "rb") as f:
+            argv0 = f.read(4096).split(b"\0", 1)[0]
+    except OSError:
+        return "?"
+    return os.path.basename(argv0).decode("utf-8", "replace") or "?"
+
+
+class _RuncCall(Exception):
+    """A child of the shim that is a `runc` call in flight (create, start, kill, delete of its containers)."""
+
+    def __init__(self, pid: int, pidfd: int) -> None:
+        super().__init__(pid)
+        self.pid, self.pidfd = pid, pidfd
+
+
+def _pin_children(shim_pid: int, proc_root: Path, *, runc_wait: bool = False) -> tuple[
+        list[tuple[int, int, str]], str | None]:
     """The shim's children, each pinned with a pidfd and then seen again as a child of the (pinned) shim
     in a container's cgroup: (pid, pidfd, container id). The runc shim is the parent of its containers'
-    init processes (and subreaper of what they leave). A child in no container's cgroup is a doubt."""
+    init processes (and subreaper of what they leave). A child in no container's cgroup is a doubt; with
+    `runc_wait`, one whose command is `runc` raises _RuncCall (holding its pidfd) so it can be waited for."""
     pinned: list[tuple[int, int, str]] = []
     try:
         pids = [int(e.name) for e in os.scandir(proc_root) if e.name.isdigit()]
@@ -437,10 +458,15 @@ def _pin_children(shim_pid: int, proc_root: Path) -> tuple[list[tuple[int, int, 
         # Read after the pidfd is open: a child of the pinned shim now is the process the pidfd holds.
         cid = _container_of(proc_root, pid) if _ppid(proc_root, pid) == shim_pid else None
         if cid is None:
-            os.close(fd)
             if _ppid(proc_root, pid) == shim_pid:
                 _close_all(pinned)
-                return [], f"pid {pid}, a child of the shim, is in no container's cgroup"
+                command = _command(proc_root, pid)
+                if runc_wait and command == "runc":
+                    raise _RuncCall(pid, fd)
+                os.close(fd)
+                what = "runc, a call still in flight" if command == "runc" else command
+                return [], f"pid {pid} ({what}), a child of the shim, is in no container's cgroup"
+            os.close(fd)
             continue
         pinned.append((pid, fd, cid))
     return pinned, None
@@ -499,7 +525,16 @@ def stop_shim(left: RuntimeLeftover, *, endpoint: str | None, timeout: float, pr
         doubt = _identity_doubt(left, proc_root) or _socket_doubt(left, endpoint, proc_root)
         if doubt is not None:
             return Outcome.changed(doubt)
-        pinned, doubt = _pin_children(left.pid, proc_root)
+        try:
+            pinned, doubt = _pin_children(left.pid, proc_root, runc_wait=True)
+        except _RuncCall as call:
+            # The shim is working on its containers (a `runc` it ran): never signalled mid-call; given a
+            # bounded wait to end, then its children are read again (still one: the step fails, retried).
+            try:
+                _wait_exit(call.pidfd, _RUNC_WAIT)
+            finally:
+                os.close(call.pidfd)
+            pinned, doubt = _pin_children(left.pid, proc_root)
         if doubt is not None:
             return Outcome.failed(f"not signalled: {doubt}")
         try:
