@@ -72,7 +72,10 @@ class Correlations:
         kept = self._kept  # replaced whole, never changed in place: a concurrent call loses a memory at worst
         for one in kept:
             if _same(one, inventory, desired, now, policy):
-                self._kept = [one, *(k for k in kept if k is not one)]
+                # Kept with this call's inputs, equal to its own in all that is compared: the scan's
+                # records and the source's pods are then held once, not once more by an older copy.
+                again = _Kept(inventory, desired, policy, one.clock, one.findings)
+                self._kept = [again, *(k for k in kept if k is not one)]
                 self.taken_again += 1
                 return one.findings, None
         made = correlation(inventory, desired, now=now, policy=policy, previous=previous, earlier=self._earlier)
