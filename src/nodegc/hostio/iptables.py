@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
 import threading
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
@@ -103,6 +104,8 @@ class RuleParse:
         if found is None:
             rule, reason = _parse_rule(_COUNTERS.sub("", line), shared)
             found = reason if rule is None else rule
+        elif not isinstance(found, str) and found.text == line:
+            line = found.text  # the remembered rule's own text as the key: one copy of the line is kept, not two
         self.seen[line] = found
         return (None, found) if isinstance(found, str) else (found, "")
 
@@ -192,7 +195,7 @@ def _parse_rule(line: str, shared: Shared | None = None) -> tuple[_Rule | None, 
         elif tok == "--comment" and owner is None:
             m = _OWNER.search(nxt)
             if m is not None:
-                owner = (m["network"], m["cid"])
+                owner = (m["network"], sys.intern(m["cid"]))  # the id other records name
     if shared is not None:
         chain = shared.text(chain)
         if target is not None:

@@ -24,12 +24,17 @@ from datetime import datetime
 from nodegc.model.findings import Finding
 from nodegc.model.pods import DesiredState
 from nodegc.model.resources import Inventory
+from nodegc.model.runtime import RuntimeView
 from nodegc.planning.context import Clock, CorrelationPolicy, Earlier, same_policy
 from nodegc.planning.correlate import Correlation, correlation
 
-_COMPARED = tuple(f.name for f in fields(Inventory) if f.name != "taken_at")
+_COMPARED = tuple(f.name for f in fields(Inventory) if f.name not in ("taken_at", "runtime"))
 """What a correlation reads of an inventory: all of it but the time it was taken (never read: the
-correlation's time is its `now`)."""
+correlation's time is its `now`) and the runtime's view (compared apart: `_VIEW`)."""
+_VIEW = tuple(f.name for f in fields(RuntimeView) if f.name != "read_at")
+"""What it reads of the runtime's view besides the time it was read (read through the clock only, as
+`Clock.read`: a sandbox born after it is not in the view, and a time that changes such an answer is no
+time that answers alike)."""
 _DESIRED = tuple(f.name for f in fields(DesiredState) if f.name != "fetched_at")
 """What it reads of a desired state besides its time (read through the clock, as the photo's time)."""
 
@@ -69,7 +74,10 @@ class Correlations:
         kept = self._kept  # replaced whole, never changed in place: a concurrent call loses a memory at worst
         for one in kept:
             if _same(one, inventory, desired, now, policy):
-                self._kept = [one, *(k for k in kept if k is not one)]
+                # Kept with this call's inputs, equal to its own in all that is compared: the scan's
+                # records and the source's pods are then held once, not once more by an older copy.
+                again = _Kept(inventory, desired, policy, one.clock, one.findings)
+                self._kept = [again, *(k for k in kept if k is not one)]
                 self.taken_again += 1
                 return one.findings, None
         made = correlation(inventory, desired, now=now, policy=policy, previous=previous, earlier=self._earlier)
@@ -93,5 +101,18 @@ def _same(kept: _Kept, inventory: Inventory, desired: DesiredState, now: datetim
     question its verdicts asked of the time alike."""
     return (same_policy(policy, kept.policy)
             and all(getattr(desired, n) == getattr(kept.desired, n) for n in _DESIRED)
-            and kept.clock.answers_alike(now.timestamp(), desired.fetched_at.timestamp())
+            and kept.clock.answers_alike(now.timestamp(), desired.fetched_at.timestamp(), _read_at(inventory.runtime))
+            and _same_view(inventory.runtime, kept.inventory.runtime)
             and all(getattr(inventory, n) == getattr(kept.inventory, n) for n in _COMPARED))
+
+
+def _read_at(view: RuntimeView | None) -> float | None:
+    return view.read_at.timestamp() if view is not None and view.read_at is not None else None
+
+
+def _same_view(view: RuntimeView | None, kept: RuntimeView | None) -> bool:
+    """The same sandboxes, containers, leftovers and identity of the runtime (its reading's time aside),
+    each compared by value: the sandbox id and its creation time are a sandbox's identity."""
+    if view is None or kept is None:
+        return view is kept
+    return view is kept or all(getattr(view, n) == getattr(kept, n) for n in _VIEW)
