@@ -26,6 +26,7 @@ from nodegc.console import require_root
 from nodegc.desired.source import DesiredSource, SourceError
 from nodegc.engine.cycle import CycleReport, Engine
 from nodegc.exitcodes import EXIT_BLOCKED, EXIT_CLEAN, EXIT_ERROR, EXIT_SOURCE, EXIT_USAGE
+from nodegc.hostio.libc import tune_malloc
 from nodegc.inventory.pod_dirs import pod_dir_watcher
 from nodegc.ledger.store import LedgerError, LedgerLocked
 from nodegc.model.findings import Finding
@@ -235,6 +236,7 @@ def cmd_agent(settings: AgentSettings) -> int:
     denied = require_root("nodegc agent")
     if denied is not None:
         return denied
+    malloc = tune_malloc()  # before any thread: a long-running process's allocator settings
     roots = settings.roots
     phases = settings.phases
     engine_settings = agent_engine_settings(settings.safety, phases, watch_pod_dirs=settings.watch_pod_dirs)
@@ -275,7 +277,8 @@ def cmd_agent(settings: AgentSettings) -> int:
                         metrics=metrics)
         log.info("agent started", node=node, interval=settings.interval, dry_run=settings.dry_run,
                  ledger=ledger.path, k=phases.consecutive_scans, grace=phases.grace_seconds, source=source.name,
-                 iptables=iptables_backend(roots, settings.safety), watch_pod_dirs=settings.watch_pod_dirs)
+                 iptables=iptables_backend(roots, settings.safety), watch_pod_dirs=settings.watch_pod_dirs,
+                 malloc=malloc)
         metrics.pod_dir_watch(pod_dir_watcher(roots.kubelet_root).stats if settings.watch_pod_dirs else None)
         stats = getattr(source, "stats", None)
         if callable(stats):

@@ -22,6 +22,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from nodegc.desired.snapshot import SnapshotSource
 from nodegc.engine.cycle import Engine, EngineSettings, NullMetrics
 from nodegc.inventory.cri.leftovers import start_ticks
@@ -399,14 +401,20 @@ def _container_pids(rt: SandboxContainerd, *cids: str) -> dict[str, int]:
     return {cid: int((rt.state / TASKS / cid / "init.pid").read_text()) for cid in cids}
 
 
-def test_stopping_a_shim_its_daemon_does_not_know_stops_its_containers(containerd_node: Runtime) -> None:
-    """What a real containerd leaves: a shim its daemon loaded at start-up (its task bundle was there) is
-    cleaned up after by the daemon when it exits (`... delete`: runc delete --force, the bundle removed).
-    A shim the daemon does not know (its bundles were not there when it started) leaves its containers
-    running, reparented, in their cgroups, the rootfs mounted. nodegc pins the shim's children (the
-    containers' init processes, each in its container's cgroup, an id the runtime does not list) before it
-    signals the shim, and kills them after; another sandbox's containers and shim are untouched."""
-    _, rt = containerd_node
+@dataclasses.dataclass
+class _Lost:
+    """A shim its daemon does not know, with its sandbox's and app's containers, and a live pod beside it."""
+
+    shim: RuntimeLeftover
+    sid: str
+    cid: str
+    pids: dict[str, int]
+    live_shim: int
+    live_sid: str
+    live_pids: dict[str, int]
+
+
+def _lost_shim(rt: SandboxContainerd) -> _Lost:
     lost = new_spec("lost")
     lost_sid = rt.run_sandbox(lost)
     lost_cid = rt.run_container(lost_sid, lost)
@@ -426,14 +434,106 @@ def test_stopping_a_shim_its_daemon_does_not_know_stops_its_containers(container
     pid = shims[lost_sid]
     shim = RuntimeLeftover("shim", lost_sid, f"/proc/{pid}", pid=pid, start_time=start_ticks(Path("/proc"), pid),
                            address=str(rt.socket))
-    out = stop_shim(shim, endpoint=rt.endpoint, timeout=5.0)
-    assert out.ok and "killed its 2 container process(es)" in out.detail, out
-    deadline = time.monotonic() + 10
-    while any(_alive(p) for p in (pid, *lost_pids.values())) and time.monotonic() < deadline:
+    return _Lost(shim, lost_sid, lost_cid, lost_pids, shims[live_sid], live_sid, live_pids)
+
+
+def _wait_gone(*pids: int, seconds: float = 10.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not any(_alive(p) for p in (pid, *lost_pids.values()))
-    assert all(_alive(p) for p in (shims[live_sid], *live_pids.values()))
-    assert _status(rt, live_sid) is not None
+    return not any(_alive(p) for p in pids)
+
+
+def test_stopping_a_shim_its_daemon_does_not_know_stops_its_containers(containerd_node: Runtime) -> None:
+    """What a real containerd leaves: a shim its daemon loaded at start-up (its task bundle was there) is
+    cleaned up after by the daemon when it exits (`... delete`: runc delete --force, the bundle removed).
+    A shim the daemon does not know (its bundles were not there when it started) leaves its containers
+    running, reparented, in their cgroups, the rootfs mounted. nodegc pins the shim's children (the
+    containers' init processes, each in its container's cgroup, an id the runtime does not list) before it
+    signals the shim, and kills them after; another sandbox's containers and shim are untouched."""
+    _, rt = containerd_node
+    lost = _lost_shim(rt)
+    out = stop_shim(lost.shim, endpoint=rt.endpoint, timeout=5.0)
+    assert out.ok and "killed its 2 container process(es)" in out.detail, out
+    assert _wait_gone(lost.shim.pid or 0, *lost.pids.values())
+    assert all(_alive(p) for p in (lost.live_shim, *lost.live_pids.values()))
+    assert _status(rt, lost.live_sid) is not None
+
+
+def _cgroup_mounts() -> list[tuple[str, str, set[str]]]:
+    """(mount point, fs type, controllers or name=) of this mount namespace's cgroup hierarchies."""
+    out = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        left, right = line.split(" - ", 1)
+        fstype, _, opts = right.split(" ", 2)
+        if fstype in ("cgroup", "cgroup2"):
+            out.append((left.split(" ")[4], fstype, set(opts.split(",")) if fstype == "cgroup" else set()))
+    return out
+
+
+def test_on_a_hybrid_node_a_container_left_at_the_v2_root_is_still_its_containers(
+        containerd_node: Runtime) -> None:
+    """cgroup v1 controllers plus the v2 hierarchy at /sys/fs/cgroup/unified (this machine's layout): a
+    runtime that does not join the v2 hierarchy leaves its containers at its root (`0::/`). The v1
+    hierarchies name the container: the shim's children are still its containers, killed, the shim stopped."""
+    hierarchies = _cgroup_mounts()
+    v2 = [point for point, fstype, _ in hierarchies if fstype == "cgroup2"]
+    if not v2 or not any(fstype == "cgroup" for _, fstype, _ in hierarchies):
+        pytest.skip("not a hybrid cgroup node (v1 controllers and a v2 hierarchy)")
+    _, rt = containerd_node
+    lost = _lost_shim(rt)
+    for pid in lost.pids.values():
+        Path(v2[0], "cgroup.procs").write_text(str(pid))  # as a runtime that never joined it leaves them
+        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+        assert "0::/" in lines and any(lost.sid in line or lost.cid in line for line in lines), lines
+    out = stop_shim(lost.shim, endpoint=rt.endpoint, timeout=5.0)
+    assert out.ok and "killed its 2 container process(es)" in out.detail, out
+    assert _wait_gone(lost.shim.pid or 0, *lost.pids.values())
+    assert all(_alive(p) for p in (lost.live_shim, *lost.live_pids.values()))
+
+
+def _freezer_state(pid: int) -> Path | None:
+    """The v1 freezer.state of the process's freezer cgroup, when a v1 freezer is mounted."""
+    point = next((p for p, fstype, opts in _cgroup_mounts() if fstype == "cgroup" and "freezer" in opts), None)
+    if point is None:
+        return None
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if "freezer" in controllers.split(","):
+            return Path(point + path, "freezer.state")
+    return None
+
+
+def test_a_container_process_that_does_not_die_fails_the_stop_with_the_shim_left_running(
+        containerd_node: Runtime) -> None:
+    """The forced survivor: the app container's cgroup is frozen (cgroup v1 freezer), so its init process
+    holds the SIGKILL and does not exit within the bound. The step fails, the shim is never signalled (it
+    keeps the container findable); once thawed the process dies, and the next attempt stops the shim."""
+    _, rt = containerd_node
+    lost = _lost_shim(rt)
+    app = lost.pids[lost.cid]
+    state = _freezer_state(app)
+    if state is None:
+        pytest.skip("no cgroup v1 freezer: a frozen v2 cgroup lets SIGKILL through")
+    state.write_text("FROZEN")
+    try:
+        deadline = time.monotonic() + 10
+        while state.read_text().strip() != "FROZEN" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert state.read_text().strip() == "FROZEN"
+        out = stop_shim(lost.shim, endpoint=rt.endpoint, timeout=5.0, term_wait=1.0)
+        # The sandbox's pause too, when the app shares its pid namespace: its exit waits for the app's.
+        assert not out.ok and not out.identity_changed and "still run" in out.detail, out
+        assert str(app) in out.detail.split("[", 1)[1].split("]", 1)[0], out
+        assert _alive(lost.shim.pid or 0) and _alive(app)
+        assert all(_alive(p) for p in (lost.live_shim, *lost.live_pids.values()))
+    finally:
+        state.write_text("THAWED")
+    assert _wait_gone(app), "the thawed process got its SIGKILL"
+    again = stop_shim(lost.shim, endpoint=rt.endpoint, timeout=5.0)
+    assert again.ok, again
+    assert _wait_gone(lost.shim.pid or 0, *lost.pids.values())
+    assert all(_alive(p) for p in (lost.live_shim, *lost.live_pids.values()))
 
 
 def test_a_shim_whose_child_is_in_no_containers_cgroup_is_not_signalled(containerd_node: Runtime) -> None:

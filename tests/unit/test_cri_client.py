@@ -291,20 +291,63 @@ def test_rst_stream_fails_the_call_and_keeps_the_connection(sock_path: Path, err
         assert client.version().runtime_name == "fake" and rt.accepted == 1
 
 
-def test_goaway_before_the_reply_is_unavailable_and_the_next_call_reconnects(sock_path: Path) -> None:
-    def goaway(peer: Peer, request: Request) -> None:
-        if len(rtref[0].requests) == 1:
+def _goaway_first(rtref: list[FakeRuntime], *, last: Callable[[int], int], times: int = 1) -> Callable[
+        [Peer, Request], None]:
+    """A handler that answers the first `times` requests with a GOAWAY naming `last(stream id)` as the last
+    stream it processed, and every later one with a version reply."""
+    def handler(peer: Peer, request: Request) -> None:
+        if len(rtref[0].requests) <= times:
             with peer.lock:
-                peer.conn.close_connection(last_stream_id=0)
+                peer.conn.close_connection(last_stream_id=last(request.stream_id))
                 peer.flush()
         else:
             version_reply(peer, request)
+    return handler
 
+
+@pytest.mark.parametrize("last", [lambda sid: sid - 1, lambda sid: 0])
+def test_a_goaway_below_the_calls_stream_sends_it_once_more_on_a_new_connection(
+        sock_path: Path, last: Callable[[int], int]) -> None:
+    """The runtime says it did not process the request (its last stream is below ours): sent again."""
     rtref: list[FakeRuntime] = []
-    with FakeRuntime(sock_path, goaway) as rt, RuntimeClient(rt.endpoint, timeout=TIMEOUT) as client:
+    with FakeRuntime(sock_path, _goaway_first(rtref, last=last)) as rt, \
+            RuntimeClient(rt.endpoint, timeout=TIMEOUT) as client:
+        rtref.append(rt)
+        assert client.version().runtime_name == "fake"
+        assert rt.accepted == 2 and len(rt.requests) == 2 and client.connections == 2
+
+
+@pytest.mark.parametrize("last", [lambda sid: sid, lambda sid: sid + 2, lambda sid: 2**31 - 1])
+def test_a_goaway_at_or_above_the_calls_stream_resends_only_a_call_safe_to_send_twice(
+        sock_path: Path, last: Callable[[int], int]) -> None:
+    """The runtime may have acted on the request: a read (or the CRI's idempotent stop/remove) goes once more
+    on a new connection; a call that would make a second object (RunPodSandbox) fails, sent once."""
+    rtref: list[FakeRuntime] = []
+    with FakeRuntime(sock_path, _goaway_first(rtref, last=last)) as rt, \
+            RuntimeClient(rt.endpoint, timeout=TIMEOUT) as client:
+        rtref.append(rt)
+        assert client.version().runtime_name == "fake"
+        assert rt.accepted == 2 and len(rt.requests) == 2
+    sock_path.unlink()
+    rtref.clear()
+    with FakeRuntime(sock_path, _goaway_first(rtref, last=last)) as rt, \
+            RuntimeClient(rt.endpoint, timeout=TIMEOUT) as client:
+        rtref.append(rt)
+        with pytest.raises(RuntimeUnavailable, match="GOAWAY") as caught:
+            client.call("RunPodSandbox", message("RunPodSandboxRequest"), "RunPodSandboxResponse")
+        assert caught.value.code == "UNAVAILABLE"
+        assert len(rt.requests) == 1 and rt.accepted == 1
+        assert client.version().runtime_name == "fake" and rt.accepted == 2  # the next call reconnects
+
+
+def test_a_second_goaway_fails_the_call_and_the_next_call_reconnects(sock_path: Path) -> None:
+    rtref: list[FakeRuntime] = []
+    with FakeRuntime(sock_path, _goaway_first(rtref, last=lambda sid: 0, times=2)) as rt, \
+            RuntimeClient(rt.endpoint, timeout=TIMEOUT) as client:
         rtref.append(rt)
         assert "GOAWAY" in str(_fails(client, RuntimeUnavailable, "UNAVAILABLE"))
-        assert client.version().runtime_name == "fake" and rt.accepted == 2
+        assert len(rt.requests) == 2 and rt.accepted == 2
+        assert client.version().runtime_name == "fake" and rt.accepted == 3
 
 
 def test_a_goaway_or_close_while_idle_is_noticed_before_the_next_call(sock_path: Path) -> None:

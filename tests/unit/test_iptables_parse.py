@@ -418,3 +418,20 @@ def test_rule_memo_keeps_one_dumps_lines_whatever_parses_overlap() -> None:
             assert set(memo._known) in (set(), a_rules) and len(memo) in (0, len(a_rules))
     finally:
         sys.setswitchinterval(interval)
+
+
+def test_rule_memo_keeps_one_copy_of_a_rule_line_dumped_again() -> None:
+    """Each dump is a new text: a line met again is kept under the remembered rule's own text, so the memo
+    holds one copy of it (the rule's), not the new dump's line as well."""
+    from nodegc.hostio.iptables import RuleMemo
+
+    memo = RuleMemo()
+    first = parse_iptables_save(FIXTURE.read_text(), memo=memo)
+    rules = dict(memo._known)
+    again = parse_iptables_save(FIXTURE.read_text(), memo=memo)  # a new text, as every dump is
+    assert again == first
+    kept = [(line, found) for line, found in memo._known.items() if not isinstance(found, str)]
+    assert kept
+    for line, found in kept:
+        assert found is rules[line]  # the remembered parse
+        assert line is found.text  # its text is the key: one object

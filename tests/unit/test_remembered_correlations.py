@@ -196,3 +196,23 @@ def test_the_correlation_reads_the_time_only_through_its_clock() -> None:
         expected = 1 if path.name == "context.py" else 0
         assert text.count("fetched_at") == expected, path
     assert "Clock(now.timestamp(), desired.fetched_at.timestamp())" in (PLANNING / "context.py").read_text()
+
+
+def test_a_correlation_taken_again_keeps_the_new_equal_inputs() -> None:
+    """The scan makes its records anew and the source its pods: the remembered correlation then holds
+    those (equal in all that is compared), so an older copy of the records and pods is not kept beside."""
+    scan = big_scan(6, sandboxes=40)
+    quiet = _aged(scan.inventory, OLD)
+    policy = CorrelationPolicy()
+    memo = Correlations()
+    desired = replace(scan.desired, fetched_at=NOW - timedelta(seconds=2))
+    found, _ = memo.correlate(quiet, desired, now=NOW, policy=policy)
+    inventory = replace(quiet, pod_dirs=tuple(replace(p) for p in quiet.pod_dirs))  # equal, not the same
+    later = replace(desired, pods=tuple(replace(p) for p in desired.pods), fetched_at=NOW + timedelta(seconds=28))
+    again, made = memo.correlate(inventory, later, now=NOW + timedelta(seconds=30), policy=policy)
+    assert made is None and again is found
+    assert again == correlate(inventory, later, now=NOW + timedelta(seconds=30), policy=policy)
+    (kept,) = memo._kept
+    assert kept.inventory is inventory and kept.desired is later
+    third, made = memo.correlate(quiet, desired, now=NOW + timedelta(seconds=60), policy=policy)
+    assert made is None and third is found

@@ -169,7 +169,8 @@ def test_a_leftover_of_an_id_the_runtime_lists_is_never_residue(what: str, lid: 
 
 def test_the_container_a_process_cgroup_names(tmp_path: Path) -> None:
     """A shim's child is a container's only when every cgroup hierarchy names one container id, as the runc
-    shim makes it (cgroupfs `.../<id>`, systemd `.../cri-containerd-<id>.scope`)."""
+    shim makes it (cgroupfs `.../<id>`, systemd `.../cri-containerd-<id>.scope`); on a hybrid node the v2
+    hierarchy's root (`0::/`) is left to the v1 lines."""
     from nodegc.reclaim.runtime_leftovers import _container_of
 
     cid, other = "a" * 64, "b" * 64
@@ -182,6 +183,14 @@ def test_the_container_a_process_cgroup_names(tmp_path: Path) -> None:
         "0::/system.slice/containerd.service\n": None,
         f"0::/kubepods/pod1/{cid[:-1]}\n": None,
         "": None,
+        # A hybrid node whose runtime left its containers at the v2 hierarchy's root: the v1 lines decide.
+        f"9:name=systemd:/k/pod1/{cid}\n4:memory:/k/pod1/{cid}\n1:cpu:/k/pod1/{cid}\n0::/\n": cid,
+        f"4:memory:/k/pod1/{cid}\n1:cpu:/\n0::/\n": None,  # a v1 hierarchy at its root: not the container's
+        f"4:memory:/k/pod1/{cid}\n0::/system.slice/x.service\n": None,
+        "0::/\n": None,  # a v2-only node's root cgroup
+        "4:memory:/\n0::/\n": None,
+        f"4:memory:/k/pod1/{cid}\n0::/\n0::/\n": cid,
+        f"garbage/{cid}\n": None,
     }
     for i, (text, want) in enumerate(cases.items()):
         (tmp_path / str(i)).mkdir()

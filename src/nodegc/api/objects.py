@@ -193,6 +193,45 @@ def _timestamp(value: object, label: str) -> datetime | None:
 
 # ------------------------------------------------------------------------------------------- endpointslices
 
+_SliceLabels = TypedDict(
+    "_SliceLabels", {"endpointslice.kubernetes.io/managed-by": Any, "kubernetes.io/service-name": Any}, total=False)
+
+
+class _SliceMetadata(TypedDict, total=False):
+    name: Any
+    namespace: Any
+    uid: Any
+    resourceVersion: Any
+    labels: _SliceLabels | _NotAnObject
+
+
+class _TargetRefFields(TypedDict, total=False):
+    kind: Any
+    namespace: Any
+    name: Any
+    uid: Any
+
+
+class _EndpointFields(TypedDict, total=False):
+    addresses: Any
+    targetRef: _TargetRefFields | _NotAnObject
+    nodeName: Any
+
+
+class _SliceFields(TypedDict, total=False):
+    metadata: _SliceMetadata | _NotAnObject
+    addressType: Any
+    endpoints: list[_EndpointFields | _NotAnObject] | str | int | float | bool | dict[str, Any] | None
+
+
+SLICE_FIELDS: Any = _SliceFields
+"""The decoding shape (msgspec) of an EndpointSlice the controller's cache keeps: every field
+`slice_from_object` and the resourceVersion checks read (identity, the two labels, address type, each
+endpoint's addresses, targetRef and node) and nothing else (conditions, hints, zones, ports, managedFields
+are never read). A slice decoded into it must not be patched back: the patch would drop the fields it
+leaves out, so a removal reads the slice whole first. Keep it in step with `slice_from_object`
+(tests/unit/test_slice_fields.py decodes slices both ways)."""
+
 
 def slice_from_object(obj: Mapping[str, Any]) -> Slice:
     """Raise ValueError when the slice's identity or endpoint list is not what the API defines.
@@ -220,12 +259,12 @@ def slice_from_object(obj: Mapping[str, Any]) -> Slice:
     managed_by = labels.get(MANAGED_BY_LABEL)
     service = labels.get(SERVICE_NAME_LABEL)
     return Slice(
-        namespace=namespace,
+        namespace=sys.intern(namespace),
         name=name,
         resource_version=_slice_str(meta, "resourceVersion", label) or None,
-        address_type=_slice_str(obj, "addressType", label) or None,
+        address_type=_shared(_slice_str(obj, "addressType", label)),
         endpoints=endpoints,
-        managed_by=managed_by if isinstance(managed_by, str) and managed_by else None,
+        managed_by=_shared(managed_by) if isinstance(managed_by, str) else None,
         service_name=service if isinstance(service, str) and service else None,
         uid=_slice_str(meta, "uid", label) or None,
     )
@@ -243,13 +282,19 @@ def _endpoint(raw: object, label: str) -> Endpoint:
         if not isinstance(ref_raw, Mapping):
             raise ValueError(f"{label}: targetRef is not an object")
         ref = TargetRef(
-            kind=_slice_str(ref_raw, "kind", label) or None,
-            namespace=_slice_str(ref_raw, "namespace", label) or None,
+            kind=_shared(_slice_str(ref_raw, "kind", label)),
+            namespace=_shared(_slice_str(ref_raw, "namespace", label)),
             name=_slice_str(ref_raw, "name", label) or None,
             uid=_slice_str(ref_raw, "uid", label) or None,
         )
     return Endpoint(addresses=tuple(addresses), target_ref=ref,
-                    node_name=_slice_str(raw, "nodeName", label) or None)
+                    node_name=_shared(_slice_str(raw, "nodeName", label)))
+
+
+def _shared(value: str | None) -> str | None:
+    """One string object for each of the values thousands of endpoints repeat (kind, namespace, node), as
+    the controller's cache holds every endpoint of the cluster; None for an empty or absent one."""
+    return sys.intern(value) if value else None
 
 
 def _slice_section(obj: Mapping[str, Any], key: str, what: str) -> Mapping[str, Any]:

@@ -16,6 +16,7 @@ time its pods carry, never by the kubelet's write; a plain copy cannot be detect
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -27,8 +28,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
-
-import yaml
 
 from nodegc.api.objects import object_resource_version, pod_from_object, resource_version_number
 from nodegc.desired.source import FUTURE_TOLERANCE_SECONDS, SourceError
@@ -58,6 +57,17 @@ class _Read:
     """Its modification time: it never goes back from one read to the next of the same source."""
 
 
+@dataclass(frozen=True)
+class _Parsed:
+    """What a snapshot's bytes say, whatever the file's time: its node's pods and the newest time they carry."""
+
+    digest: bytes
+    """SHA-256 of the bytes parsed."""
+    node: str
+    pods: tuple[Pod, ...]
+    newest: datetime | None
+
+
 class SnapshotSource:
     """A snapshot is all or nothing: one unreadable pod fails the whole fetch, as for the API.
 
@@ -74,6 +84,9 @@ class SnapshotSource:
         self._written: datetime | None = None
         """The file time of the newest photo fetch() handed out: what detect and terminate judged by."""
         self._last: _Read | None = None
+        self._parsed: _Parsed | None = None
+        """The last parse: a file kept fresh by touching it (its time moves, its bytes stay) is dated anew
+        from it, not parsed again."""
         self._warned: tuple[str, ...] = ()
 
     def fetch(self) -> DesiredState:
@@ -120,8 +133,10 @@ class SnapshotSource:
     def _read(self) -> _Read:
         content, st = _read(self.path)
         written = _mtime(self.path, st)
-        state = parse_snapshot(content, path=self.path, node=self.node, written=written, source=self.name,
-                               projected=_projected(self.path))
+        parsed, digest = self._parsed, hashlib.sha256(content).digest()
+        if parsed is None or parsed.digest != digest:
+            parsed = self._parsed = _parse(content, digest=digest, path=self.path, node=self.node)
+        state = _dated(parsed, path=self.path, written=written, source=self.name, projected=_projected(self.path))
         if (written - self._clock()).total_seconds() > FUTURE_TOLERANCE_SECONDS:
             # Written by a clock ahead of this one (it stepped back since): a broken clock, whatever the
             # content says; dated so, the engine refuses it.
@@ -159,6 +174,13 @@ def parse_snapshot(content: bytes, *, path: Path, node: str | None, written: dat
     `written` is the file's modification time; `projected` says the file is a kubelet-projected volume's,
     whose modification time is the kubelet's write, not the capture.
     """
+    parsed = _parse(content, digest=b"", path=path, node=node)
+    return _dated(parsed, path=path, written=written, source=source, projected=projected)
+
+
+def _parse(content: bytes, *, digest: bytes, path: Path, node: str | None) -> _Parsed:
+    """The pods of `node` (inferred when None) the bytes list: a function of the bytes, the path (named in
+    errors) and the node alone, so equal bytes parse to equal pods."""
     objects = list(_pod_objects(_load(content, path), path))
     pods: list[Pod] = []
     for index, obj in enumerate(objects):
@@ -172,15 +194,18 @@ def parse_snapshot(content: bytes, *, path: Path, node: str | None, written: dat
         raise SourceError(f"snapshot {path} lists {len(pods)} pods, none of them on node {node}: another node's"
                           " list says nothing about this one; save this node's pods or pass the right --node")
     _refuse_filtered(mine, node, path)
-    taken, warnings = _dating(objects, path=path, written=written, projected=projected)
-    return DesiredState(node=node, pods=mine, source=source, fetched_at=taken, warnings=warnings)
+    return _Parsed(digest=digest, node=node, pods=mine, newest=_newest_time(objects))
 
 
-def _dating(objects: list[Mapping[str, Any]], *, path: Path, written: datetime,
+def _dated(parsed: _Parsed, *, path: Path, written: datetime, source: str, projected: bool) -> DesiredState:
+    taken, warnings = _dating(parsed.newest, path=path, written=written, projected=projected)
+    return DesiredState(node=parsed.node, pods=parsed.pods, source=source, fetched_at=taken, warnings=warnings)
+
+
+def _dating(newest: datetime | None, *, path: Path, written: datetime,
             projected: bool) -> tuple[datetime, tuple[str, ...]]:
     """The photo's time: never later than the capture. The modification time bounds the capture from above
-    only for the file the capture wrote; the pods' own times bound it from below."""
-    newest = _newest_time(objects)
+    only for the file the capture wrote; the pods' own times (`newest`) bound it from below."""
     if projected:
         if newest is None:
             raise SourceError(
@@ -308,6 +333,8 @@ def _load(content: bytes, path: Path) -> list[Any]:
             raise SourceError(f"snapshot {path} is not a pod list: JSON nested too deeply") from e
         except ValueError as e:
             raise SourceError(f"snapshot {path} is not a pod list: {e}") from e
+    import yaml  # here: a process that reads no YAML file never holds the parser (about 0.75 MB)
+
     try:
         return [doc for doc in yaml.safe_load_all(text) if doc is not None]
     except yaml.YAMLError as e:

@@ -70,6 +70,7 @@ class MetricsSink(Protocol):
     def blocked(self, reason: str) -> None: ...
     def reclaimed(self, kind: str, result: str) -> None: ...
     def scanned(self, seconds: float, problems: Sequence[tuple[str, int]]) -> None: ...
+    def problems(self, problems: Sequence[tuple[str, int]]) -> None: ...
     def items(self, counts: dict[tuple[str, str], int]) -> None: ...
     def ledger_error(self) -> None: ...
     def desired_age(self, seconds: float) -> None: ...
@@ -87,6 +88,9 @@ class NullMetrics:
         pass
 
     def scanned(self, seconds: float, problems: Sequence[tuple[str, int]]) -> None:
+        pass
+
+    def problems(self, problems: Sequence[tuple[str, int]]) -> None:
         pass
 
     def items(self, counts: dict[tuple[str, str], int]) -> None:
@@ -388,6 +392,8 @@ class Engine:
                 missing = tuple(ReadProblem(kind, inventory.runtime.endpoint, why)
                                 for kind in (Kind.SANDBOX, Kind.RUNTIME_LEFTOVER) if kind not in seen)
                 inventory = dataclasses.replace(inventory, problems=(*inventory.problems, *missing))
+                # Counted as the scan's own are (`_scan`): nodegc_read_problems_total is report.problems.
+                self.metrics.problems([(p.kind.value, 1) for p in missing])
         report.problems += len(inventory.problems)
         return inventory
 

@@ -8,7 +8,7 @@ correlation reuses what the first built that does not depend on the namespaces.
 
 Both passes take the findings of a recent correlation again when it saw the very same records and pods
 under the same policy, at a time that answers alike (`nodegc.planning.remembered`): a quiet node's scan
-after scan.
+after scan. A correlation made anew takes from the last one the verdicts whose inputs are the same.
 """
 
 from __future__ import annotations

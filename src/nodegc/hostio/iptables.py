@@ -103,6 +103,8 @@ class RuleParse:
         if found is None:
             rule, reason = _parse_rule(_COUNTERS.sub("", line), shared)
             found = reason if rule is None else rule
+        elif not isinstance(found, str) and found.text == line:
+            line = found.text  # the remembered rule's own text as the key: one copy of the line is kept, not two
         self.seen[line] = found
         return (None, found) if isinstance(found, str) else (found, "")
 

@@ -114,6 +114,15 @@ class NetlinkError(Exception):
         self.code = code
 
 
+def _time_left(timeout: float, what: str) -> float:
+    """`timeout` when there is time left; NetlinkError (a timeout, with its reason) when none is: a socket
+    given 0 turns non-blocking (a receive then fails with EAGAIN, not as a timeout) and a negative one is a
+    ValueError."""
+    if not timeout > 0:  # nan too
+        raise NetlinkError(f"{what}: no time left (timeout {timeout:g}s): not sent")
+    return timeout
+
+
 @dataclass(frozen=True, slots=True)
 class RawLink:
     """The attributes of one RTM_NEWLINK message the veth reader uses; absent ones are None.
@@ -145,6 +154,7 @@ class RtnlSocket:
     @classmethod
     def open(cls, net_ns: Path | None = None, *, timeout: float = DEFAULT_TIMEOUT) -> RtnlSocket:
         """In the current namespace, or in the one the netns file `net_ns` names (never created)."""
+        _time_left(timeout, "netlink socket")
         sock = _socket_in(net_ns, timeout=timeout) if net_ns is not None else _new_socket()
         try:
             sock.settimeout(timeout)
@@ -248,7 +258,9 @@ class RtnlSocket:
         return self._acked(RTM_DELLINK, bodies, [f"delete link {index}" for index in indexes])
 
     def _acked(self, request: int, bodies: Sequence[bytes], what: Sequence[str]) -> list[NetlinkError | None]:
-        """Send one request per body in one datagram, each acknowledged on its own."""
+        """Send one request per body in one datagram, each acknowledged on its own (none: nothing sent)."""
+        if not bodies:
+            return []
         seqs = [next(self._seq) for _ in bodies]
         flags = NLM_F_REQUEST | NLM_F_ACK
         requests = (_message(request, flags, seq, body) for seq, body in zip(seqs, bodies, strict=True))
@@ -436,7 +448,10 @@ class RtnlSocket:
         """Send every (type, body) request in one write, each under its own sequence number, and read until
         each has its answer: `answer(slot, mtype, buf, start, end)` for every message to a request still
         unanswered (`_NO_ANSWER`: not an answer; it may raise). A message to no request, or to one already
-        answered, is passed over. The answers come in the requests' order."""
+        answered, is passed over. The answers come in the requests' order; no request is no answer (and
+        nothing is sent)."""
+        if not requests:
+            return []
         seqs = [next(self._seq) for _ in requests]
         first = seqs[0]
         self._send(b"".join(_message(mtype, NLM_F_REQUEST, seq, body)
@@ -468,7 +483,7 @@ class RtnlSocket:
         except TimeoutError as e:
             raise NetlinkError("no answer from the kernel in time") from e
         except OSError as e:
-            raise NetlinkError(f"netlink receive failed: {e.strerror or e}") from e
+            raise NetlinkError(f"netlink receive failed: {e.strerror or e}", code=e.errno) from e
         if size > _RECV_BUF:
             raise NetlinkError(f"netlink datagram of {size} bytes exceeds the {_RECV_BUF} byte buffer")
         return size
@@ -553,6 +568,10 @@ def open_many(paths: Sequence[Path], *, timeout: float = DEFAULT_TIMEOUT) -> lis
     """
     if not paths:
         return []
+    try:
+        _time_left(timeout, "netlink sockets")
+    except NetlinkError as e:
+        return [NetlinkError(f"{os.fsdecode(p)}: {e}") for p in paths]
     batch = _Batch()
     thread = threading.Thread(target=_open_many_in_thread, args=(list(paths), batch), name="nodegc-netns",
                               daemon=True)
@@ -691,9 +710,19 @@ def _messages(buf: bytearray, size: int) -> list[tuple[int, int, int, int, int]]
         length, mtype, flags, seq, _pid = _NLMSG_HDR.unpack_from(buf, off)
         if length < hdr or off + length > size:
             raise NetlinkError(f"netlink message of length {length} at byte {off} of {size}")
+        if seq == 0 and mtype == NLMSG_ERROR:
+            _unsolicited_error(buf, off + hdr, off + length)
         out.append((mtype, flags, seq, off + hdr, off + length))
         off += (length + 3) & ~3
     return out
+
+
+def _unsolicited_error(buf: bytearray, start: int, end: int) -> None:
+    """An error under sequence 0 answers no request of ours (they count from 1): the kernel's word about
+    the socket itself, such as ENOBUFS after replies were dropped. Whatever was asked may never be
+    answered, so the read fails now, with the kernel's reason, instead of waiting for the timeout."""
+    _raise_if_error(buf, start, end, "netlink error to no request")
+    raise NetlinkError("netlink acknowledgement to no request (sequence 0)")
 
 
 def _raise_if_error(buf: bytearray, start: int, end: int, what: str) -> None:
@@ -933,8 +962,9 @@ _BE32 = struct.Struct(">I")
 def nft_generation(net_ns: Path | None = None, *, timeout: float = DEFAULT_TIMEOUT) -> int | None:
     """The nf_tables ruleset generation of the namespace: the kernel bumps it on every committed change of
     any table of any family, so an unchanged generation means an unchanged ruleset (counters aside). None
-    when it cannot be read (no nf_tables, no permission): the caller must then read the rules."""
+    when it cannot be read (no nf_tables, no permission, no time left): the caller must then read the rules."""
     try:
+        _time_left(timeout, "nf_tables generation")
         if net_ns is not None:
             sock = _socket_in(net_ns, timeout=timeout, protocol=NETLINK_NETFILTER)
         else:

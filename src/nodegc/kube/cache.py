@@ -12,6 +12,12 @@ two long requests plus a relist of each every resync period (jittered, as every 
   list-per-pass sweeper, listing slices before pods gives the same guarantee.
 An object that cannot be read exactly is kept as a problem (its namespace proves no absence, a slice is
 skipped whole), as in the list-per-pass sweeper.
+
+Each object is kept as what the controller reads of it, never whole: a pod as `Pod`, a slice as `Slice`
+(decoded into `api.objects.SLICE_FIELDS`: identity, resourceVersion, the managed-by and service labels, the
+address type, each endpoint's addresses, targetRef and node). A slice's conditions, hints, zones, ports
+and managedFields are most of its JSON and never read, so a removal reads the slice whole (a live GET)
+before it patches it: the patch carries the remaining endpoints as the API server holds them now.
 """
 
 from __future__ import annotations
@@ -26,9 +32,10 @@ import lightkube
 from lightkube.resources.core_v1 import Pod as PodResource
 
 from nodegc.api.errors import KubeError
-from nodegc.api.objects import POD_FIELDS, object_resource_version, pod_from_object
+from nodegc.api.objects import POD_FIELDS, SLICE_FIELDS, object_resource_version, pod_from_object, slice_from_object
 from nodegc.api.reflector import CacheUnusable, CacheView, Reflector
 from nodegc.hostio.clock import utcnow
+from nodegc.model.endpoints import Slice
 from nodegc.model.pods import Pod
 from nodegc.planning.endpoints import PodIndex
 
@@ -39,7 +46,7 @@ so the agent's 5 minutes would cost the API server ~4.6 GB an hour. A missed eve
 controller remove a live endpoint (each removal is confirmed by a live GET), only delay a removal."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PodEntry:
     namespace: str
     name: str
@@ -47,12 +54,15 @@ class PodEntry:
     problem: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SliceEntry:
+    """A slice as the controller reads it, or why it cannot be read exactly (then it is skipped whole)."""
+
     namespace: str
     name: str
-    raw: Mapping[str, Any]
+    slice: Slice | None
     resource_version: int | None
+    problem: str | None = None
 
 
 def _identity(obj: Mapping[str, Any], what: str) -> tuple[str, str]:
@@ -74,13 +84,19 @@ def parse_pod_entry(obj: Mapping[str, Any]) -> PodEntry:
 
 
 def parse_slice_entry(obj: Mapping[str, Any]) -> SliceEntry:
+    """Lenient like `parse_pod_entry`: a slice that cannot be read exactly is a problem of each pass."""
     namespace, name = _identity(obj, "endpointslice")
-    return SliceEntry(namespace, name, obj, object_resource_version(obj))
+    version = object_resource_version(obj)
+    try:
+        return SliceEntry(namespace, name, slice_from_object(obj), version)
+    except ValueError as e:
+        return SliceEntry(namespace, name, None, version, str(e))
 
 
 @dataclass
 class ClusterSnapshot:
-    slices: list[Mapping[str, Any]]
+    slices: list[Slice]
+    """Read as `SLICE_FIELDS` keeps them: never to be patched back (read the slice whole first)."""
     pods: PodIndex
     problems: list[str]
     waiting: int
@@ -105,7 +121,7 @@ class ClusterCache:
         reflector_options["resync_seconds"] = resync_seconds
         self._clock = clock
         self.slices: Reflector[SliceEntry] = Reflector(
-            slice_resource, what="endpointslices", noun="endpointslice", parse=parse_slice_entry,
+            slice_resource, what="endpointslices", noun="endpointslice", parse=parse_slice_entry, shape=SLICE_FIELDS,
             key=lambda e: f"{e.namespace}/{e.name}", client=client, clock=clock, rng=rng,
             thread_name="reflector-endpointslices", **reflector_options)
         self.pods: Reflector[PodEntry] = Reflector(
@@ -145,13 +161,16 @@ class ClusterCache:
             else:
                 listed.append(entry.pod)
         reached = pods.resource_version
-        ready: list[Mapping[str, Any]] = []
+        ready: list[Slice] = []
         waiting = 0
         for s in sorted(slices.items, key=lambda e: (e.namespace, e.name)):
             if s.resource_version is None or reached is None or s.resource_version > reached:
                 waiting += 1
                 continue
-            ready.append(s.raw)
+            if s.slice is None:
+                problems.append(s.problem or f"endpointslice {s.namespace}/{s.name} cannot be read")
+                continue
+            ready.append(s.slice)
         return ClusterSnapshot(slices=ready, pods=PodIndex.build(listed, unknown_namespaces=unknown),
                                problems=problems, waiting=waiting)
 

@@ -11,7 +11,8 @@ so a pod a slice points at is in the later pod read unless it is really gone), p
   recomputed on the fresh copy (bounded). Before each write every endpoint to remove is re-verified with a
   live GET of its pod, and `is_leader()` is asked right before the write itself.
 Slices are handled as raw JSON (a generic resource), so endpoint fields this client's models do not know
-are sent back untouched.
+are sent back untouched. The cache keeps only what is read of each slice, so with it a removal first reads
+the slice whole (a live GET) and plans and patches on that copy.
 """
 
 from __future__ import annotations
@@ -104,21 +105,24 @@ class EndpointSliceSweeper:
         if not self._is_leader():
             report.lost_leadership = True
             return report
+        # Each slice with its JSON as the API sent it, or None where only what is read of it is at hand
+        # (the cache's): then a removal reads it whole first.
+        parsed: list[tuple[Slice, Mapping[str, Any] | None]] = []
         if self.cache is not None:
             snapshot = self.cache.snapshot()
-            raw_slices, pods = snapshot.slices, snapshot.pods
+            pods = snapshot.pods
+            parsed = [(s, None) for s in snapshot.slices]
             report.problems.extend(snapshot.problems)
             report.deferred_slices += snapshot.waiting
         else:
             raw_slices = self._list_slices()
             pods = self._pod_index(report)
-        parsed: list[tuple[Slice, Mapping[str, Any]]] = []
-        for raw in raw_slices:
-            try:
-                parsed.append((slice_from_object(raw), raw))
-            except ValueError as e:
-                report.problems.append(str(e))
-                log.warning("endpointslice skipped", reason=str(e))
+            for raw in raw_slices:
+                try:
+                    parsed.append((slice_from_object(raw), raw))
+                except ValueError as e:
+                    report.problems.append(str(e))
+                    log.warning("endpointslice skipped", reason=str(e))
         report.stale = list(find_stale((s for s, _ in parsed), pods))
         by_slice: dict[tuple[str, str], list[StaleEndpoint]] = defaultdict(list)
         for stale in report.stale:
@@ -194,8 +198,18 @@ class EndpointSliceSweeper:
                         f"EndpointSlice {slice_.name} lists {_addresses(stale)} for pod {stale.pod_label}: "
                         f"{stale.detail}; left to {slice_.managed_by}")
 
-    def _remove(self, slice_: Slice, raw: Mapping[str, Any], pods: PodIndex, report: SweepReport) -> None:
-        current, current_raw = slice_, raw
+    def _remove(self, slice_: Slice, raw: Mapping[str, Any] | None, pods: PodIndex, report: SweepReport) -> None:
+        current = slice_
+        if raw is None:
+            try:
+                whole = self._get_slice(slice_.namespace, slice_.name)
+                if whole is None:
+                    return  # the slice is gone, and its endpoints with it
+                current, raw = slice_from_object(whole), whole
+            except (KubeError, ValueError) as e:
+                self._failed(current, f"reading the slice before the patch failed: {e}", report)
+                return
+        current_raw: Mapping[str, Any] = raw
         for attempt in range(self.options.max_conflict_retries + 1):
             candidates = [s for s in stale_in_slice(current, pods) if s.action is StaleAction.REMOVE]
             if not candidates:

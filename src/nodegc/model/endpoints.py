@@ -14,7 +14,7 @@ MIRRORING_CONTROLLER = "endpointslicemirroring-controller.k8s.io"
 CONTROLLER_MANAGERS = frozenset({ENDPOINTSLICE_CONTROLLER, MIRRORING_CONTROLLER})
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class TargetRef:
     kind: str | None
     namespace: str | None
@@ -22,14 +22,14 @@ class TargetRef:
     uid: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Endpoint:
     addresses: tuple[str, ...]
     target_ref: TargetRef | None = None
     node_name: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Slice:
     """One discovery.k8s.io/v1 EndpointSlice; `endpoints` keeps the API's order (indexes name them)."""
 
@@ -62,7 +62,7 @@ class StaleAction(StrEnum):
     REMOVE = "remove"  # nobody reconciles the slice: the endpoint is removed under resourceVersion
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class StaleEndpoint:
     slice_namespace: str
     slice_name: str

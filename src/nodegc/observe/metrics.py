@@ -159,6 +159,10 @@ class Metrics:
 
     def scanned(self, seconds: float, problems: Iterable[tuple[str, int]] = ()) -> None:
         self.scan_duration.observe(seconds)
+        self.problems(problems)
+
+    def problems(self, problems: Iterable[tuple[str, int]]) -> None:
+        """Read problems by kind: the scan's own, and those the runtime check adds to it."""
         for kind, n in problems:
             if n > 0:
                 self.read_problems.labels(kind).inc(n)

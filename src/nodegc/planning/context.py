@@ -7,6 +7,7 @@ context and appends findings; `correlate` runs the domains in order and then the
 from __future__ import annotations
 
 import functools
+import operator
 from collections import defaultdict
 from dataclasses import dataclass, field, fields
 from datetime import datetime
@@ -120,6 +121,46 @@ class Clock:
     def copy(self) -> Clock:
         return Clock(self.now, self.photo, self.exact, dict(self.asked))
 
+    def blank(self) -> Clock:
+        """A clock of the same time, asked nothing yet (a domain's own, merged into this one after)."""
+        return Clock(self.now, self.photo)
+
+    def answers_as(self, other: Clock) -> bool:
+        """Whether `other`'s time answers every question this clock was asked alike."""
+        return self.answers_alike(other.now, other.photo)
+
+    def merge(self, other: Clock) -> None:
+        """Carry on the questions `other` was asked, as if this clock had been asked them (a domain's verdicts
+        asked of its own clock, or taken from an earlier correlation that asked them)."""
+        self.exact = self.exact or other.exact
+        for (offset, op, got), t in other.asked.items():
+            self._asked(offset, op, got, t)
+
+
+@dataclass(frozen=True)
+class Earlier:
+    """What a correlation leaves for the next scan's (`planning.remembered` keeps the last one made): a
+    verdict whose every input is provably the same (the same records, the very pods it looks up, the same
+    policy, a time that answers its questions alike) is taken from it instead of being made again."""
+
+    inv: Inventory
+    node: str
+    policy: CorrelationPolicy
+    by_uid: dict[str, Pod]
+    by_name: dict[tuple[str, str], list[Pod]]
+    resolutions: dict[str, Resolution]
+    """The owner of every cache entry, by path (`resolve_cache_owner`)."""
+    mirrored: tuple[tuple[StaticPodManifest, Pod], ...]
+    unmirrored: tuple[StaticPodManifest, ...]
+    kubelet: tuple[Finding, ...]
+    """The kubelet domain's findings, and what they asked of the time."""
+    kubelet_clock: Clock
+
+
+def same_policy(a: CorrelationPolicy, b: CorrelationPolicy) -> bool:
+    # repr too: equal floats may print apart (-0.0 and 0.0), and evidence texts print the policy's ages
+    return a is b or (a == b and repr(a) == repr(b))
+
 
 @dataclass
 class Context:
@@ -163,15 +204,19 @@ class Context:
     built from: a second pass of the same scan takes from it what does not depend on the namespaces."""
     unmirrored: list[StaticPodManifest] = field(default_factory=list)
     mirrored: list[tuple[StaticPodManifest, Pod]] = field(default_factory=list)
+    reused: int = 0
+    """How many verdicts (and owners of cache entries) were taken from an earlier scan's (`Earlier`)."""
     """Manifests with their mirror pod in the desired state: the mirror may lag behind an edited manifest."""
     """Static pod manifests whose mirror pod the desired state does not show (or that cannot be read)."""
 
     @classmethod
     def build(cls, inv: Inventory, desired: DesiredState, now: datetime, policy: CorrelationPolicy,
-              previous: Context | None = None) -> Context:
+              previous: Context | None = None, *, earlier: Earlier | None = None) -> Context:
         """`previous`: the context of a correlation of the same desired state at the same time whose
         inventory may differ in its network namespaces only (detect's second pass, after it read their
-        addresses): what depends on nothing else is taken from it instead of being built again."""
+        addresses): what depends on nothing else is taken from it instead of being built again.
+        `earlier`: what a correlation of an earlier scan leaves (`Earlier`): the owners of cache entries
+        that look up the very same pods are taken from it."""
         if previous is not None and previous.same_but_netns(inv, desired, now, policy):
             # What is taken from the previous correlation answered its clock's questions: this one's
             # clock carries them on.
@@ -185,7 +230,7 @@ class Context:
         pods = PodIndex.build(desired)
         cache = CacheIndex.build(inv.cni_cache)
         explained: set[str] = set()
-        resolutions = {entry.path: resolve_cache_owner(entry, pods) for entry in inv.cni_cache}
+        resolutions, reused = _resolutions(inv.cni_cache, pods, earlier)
         for entry in inv.cni_cache:
             res = resolutions[entry.path]
             # An entry accounts for the pod's current sandbox only when it holds the address the pod's status
@@ -202,7 +247,8 @@ class Context:
                                              if d.uid not in pods.by_uid and d.uid not in cache.by_uid), None),
                    netns_unreadable=_netns_unreadable(inv),
                    unmirrored=[m for m in inv.static_pods if _mirror_of(m, desired, pods) is None],
-                   mirrored=[(m, p) for m in inv.static_pods if (p := _mirror_of(m, desired, pods)) is not None])
+                   mirrored=[(m, p) for m in inv.static_pods if (p := _mirror_of(m, desired, pods)) is not None],
+                   reused=reused)
 
     def same_but_netns(self, inv: Inventory, desired: DesiredState, now: datetime, policy: CorrelationPolicy) -> bool:
         """Whether a correlation of `inv` sees what this one saw, its network namespaces aside: the same
@@ -292,6 +338,35 @@ class Context:
 
 _NOT_NETNS = tuple(f.name for f in fields(Inventory) if f.name not in ("netns", "problems"))
 """What a correlation reads of an inventory besides its namespaces and its read problems (compared apart)."""
+
+
+def _resolutions(entries: tuple[CNICacheEntry, ...], pods: PodIndex,
+                 earlier: Earlier | None) -> tuple[dict[str, Resolution], int]:
+    """`resolve_cache_owner` of every entry, by path (the last entry of a path wins). An entry of an earlier
+    scan's very records whose lookup finds the very same pods (by its UID, or by its name without one)
+    takes that scan's answer: `resolve_cache_owner` reads nothing else."""
+    if earlier is None or entries != earlier.inv.cni_cache:
+        return {entry.path: resolve_cache_owner(entry, pods) for entry in entries}, 0
+    out: dict[str, Resolution] = {}
+    reused = 0
+    by_uid, by_name, before = pods.by_uid, pods.by_name, earlier.resolutions
+    then_uid, then_name = earlier.by_uid, earlier.by_name
+    for entry in entries:
+        uid = entry.pod_uid
+        if uid:
+            same = by_uid.get(uid) is then_uid.get(uid)
+        elif entry.pod_namespace and entry.pod_name:
+            key = (entry.pod_namespace, entry.pod_name)
+            now_named, then_named = by_name.get(key, ()), then_name.get(key, ())
+            same = len(now_named) == len(then_named) and all(map(operator.is_, now_named, then_named))
+        else:
+            same = True
+        if same:
+            out[entry.path] = before[entry.path]
+            reused += 1
+        else:
+            out[entry.path] = resolve_cache_owner(entry, pods)
+    return out, reused
 
 
 def _not_netns(problems: tuple[ReadProblem, ...]) -> tuple[ReadProblem, ...]:

@@ -7,6 +7,11 @@ every verdict asked of it. When the records, the pods and the policy compare equ
 have answered every one of those questions alike, a correlation from scratch would make the very same
 findings: the remembered ones are taken instead. Anything else (one record more or less or changed, a pod
 changed, a record that grew old enough to judge, an evidence text that names an age) is correlated anew.
+
+A correlation made anew still takes from the last one made (`planning.context.Earlier`) every verdict whose
+inputs are provably the same: the owners of cache entries that look up the very same pods, and the kubelet
+domain's verdicts when its records, the pods of its directories' UIDs, the static pods and the policy are
+the same and the time answers its questions alike (a node whose pods change every cycle).
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from datetime import datetime
 from nodegc.model.findings import Finding
 from nodegc.model.pods import DesiredState
 from nodegc.model.resources import Inventory
-from nodegc.planning.context import Clock, CorrelationPolicy
+from nodegc.planning.context import Clock, CorrelationPolicy, Earlier, same_policy
 from nodegc.planning.correlate import Correlation, correlation
 
 _COMPARED = tuple(f.name for f in fields(Inventory) if f.name != "taken_at")
@@ -48,8 +53,12 @@ class Correlations:
         the next). A cycle's judgement again on the proven photograph (the same pods at a later time) takes
         the scan's."""
         self._kept: list[_Kept] = []
+        self._earlier: Earlier | None = None
+        """What the last correlation made leaves for the next one (`planning.context.Earlier`)."""
         self.taken_again = 0
         """How many correlations were taken again instead of being made (for tests and benchmarks)."""
+        self.reused = 0
+        """How many verdicts the correlations made took from an earlier scan's (for tests and benchmarks)."""
 
     def correlate(self, inventory: Inventory, desired: DesiredState, *, now: datetime, policy: CorrelationPolicy,
                   previous: Correlation | None = None) -> tuple[tuple[Finding, ...], Correlation | None]:
@@ -58,10 +67,15 @@ class Correlations:
         kept = self._kept  # replaced whole, never changed in place: a concurrent call loses a memory at worst
         for one in kept:
             if _same(one, inventory, desired, now, policy):
-                self._kept = [one, *(k for k in kept if k is not one)]
+                # Kept with this call's inputs, equal to its own in all that is compared: the scan's
+                # records and the source's pods are then held once, not once more by an older copy.
+                again = _Kept(inventory, desired, policy, one.clock, one.findings)
+                self._kept = [again, *(k for k in kept if k is not one)]
                 self.taken_again += 1
                 return one.findings, None
-        made = correlation(inventory, desired, now=now, policy=policy, previous=previous)
+        made = correlation(inventory, desired, now=now, policy=policy, previous=previous, earlier=self._earlier)
+        self._earlier = made.earlier()
+        self.reused += made.context.reused
         # A copy: what the context's clock is asked from now on (nothing, as it is) is not this correlation's.
         one = _Kept(inventory, desired, policy, made.context.clock.copy(), made.findings)
         self._kept = [one, *kept][: self.size]
@@ -69,6 +83,7 @@ class Correlations:
 
     def forget(self) -> None:
         self._kept = []
+        self._earlier = None
 
 
 def _same(kept: _Kept, inventory: Inventory, desired: DesiredState, now: datetime,
@@ -76,8 +91,7 @@ def _same(kept: _Kept, inventory: Inventory, desired: DesiredState, now: datetim
     """Whether a correlation of these would make `kept`'s findings: the same policy, pods and records
     (compared by value: the readers make the same types every scan), and a time that answers every
     question its verdicts asked of the time alike."""
-    # repr too: equal floats may print apart (-0.0 and 0.0), and evidence texts print the policy's ages
-    return ((policy is kept.policy or (policy == kept.policy and repr(policy) == repr(kept.policy)))
+    return (same_policy(policy, kept.policy)
             and all(getattr(desired, n) == getattr(kept.desired, n) for n in _DESIRED)
             and kept.clock.answers_alike(now.timestamp(), desired.fetched_at.timestamp())
             and all(getattr(inventory, n) == getattr(kept.inventory, n) for n in _COMPARED))

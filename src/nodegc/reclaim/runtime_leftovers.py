@@ -203,14 +203,24 @@ def _ppid(proc_root: Path, pid: int) -> int | None:
 
 
 def _container_of(proc_root: Path, pid: int) -> str | None:
-    """The container id every cgroup hierarchy of the process names, or None (not a container's)."""
+    """The container id every cgroup hierarchy of the process names, or None (not a container's).
+
+    On a hybrid node (cgroup v1 controllers, plus the v2 hierarchy at /sys/fs/cgroup/unified) a runtime may
+    leave its containers at the root of the v2 hierarchy (`0::/`, which holds no controller there): that
+    line alone names nothing, and the v1 hierarchies decide. `0::/` with no v1 line (a v2-only node) is the
+    root cgroup, no container's."""
     try:
         text = (proc_root / str(pid) / "cgroup").read_text()
     except OSError:
         return None
+    lines = [line.split(":", 2) for line in text.splitlines()]
+    if any(len(parts) != 3 for parts in lines):
+        return None
+    v1 = [parts for parts in lines if parts[0] != "0"]
     found = set()
-    for line in text.splitlines():
-        path = line.split(":", 2)[-1]
+    for number, _, path in lines:
+        if number == "0" and path == "/" and v1:
+            continue  # hybrid: the unified hierarchy's root, not joined
         m = _CGROUP_ID.fullmatch(path.rsplit("/", 1)[-1])
         if m is None:
             return None

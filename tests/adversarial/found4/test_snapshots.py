@@ -136,15 +136,16 @@ def test_a_future_dated_reread_is_refused(tmp_path: Path) -> None:
 
 
 def _count_parses(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
-    """The paths parsed from now on, one entry a parse."""
+    """The reads of the file from now on, one entry a read (a read whose bytes are those of the last parse
+    is dated anew without a parse: tests/unit/test_snapshot_reuse.py)."""
     parses: list[Path] = []
-    real = snapshot.parse_snapshot
+    real = snapshot._read
 
-    def counting(content: bytes, **kwargs: Any) -> Any:
-        parses.append(kwargs["path"])
-        return real(content, **kwargs)
+    def counting(path: Path) -> Any:
+        parses.append(path)
+        return real(path)
 
-    monkeypatch.setattr(snapshot, "parse_snapshot", counting)
+    monkeypatch.setattr(snapshot, "_read", counting)
     return parses
 
 

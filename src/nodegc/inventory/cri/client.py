@@ -18,8 +18,12 @@ Between calls nobody reads the connection: before a call sends anything, what th
 (PINGs, SETTINGS, GOAWAY, EOF) is processed, and a connection found closed is replaced. When the runtime
 closes it after that check but before the kernel took any byte of the request (the first send fails with
 EPIPE), the request is sent once more on a new connection: the runtime cannot have seen it. Once a byte
-went out, a closed connection fails the call (UNAVAILABLE), never sends the request again. A reply that ends
-or carries a message while part of the request is still held back by the runtime's flow-control window is
+went out, a closed connection fails the call (UNAVAILABLE), never sends the request again, with one
+exception, GOAWAY (h2 reads nothing on a connection after it): a call whose stream is above the GOAWAY's
+last stream id (the runtime did not process it, RFC 9113 6.8), or at or below it when the call is a read or
+the CRI's idempotent stop or remove, is sent once more on a new connection within the same deadline; a
+second GOAWAY, or one that may have acted on any other call, fails it (UNAVAILABLE). A reply that ends or
+carries a message while part of the request is still held back by the runtime's flow-control window is
 no answer to that request: the call fails (INTERNAL) and the connection is dropped.
 
 h2 is imported when the first client is made, not with this module: the endpoint helpers and the error
@@ -133,6 +137,22 @@ def _decode_message(raw: bytes) -> str:
     return unquote_to_bytes(raw).decode("utf-8", "replace")[:200]
 
 
+class _GoAway(_Failure):
+    """The runtime sent GOAWAY before the reply ended; `processed`: its last stream id is at or above the
+    call's, so it may have acted on the request (RFC 9113 6.8: a stream above it was not processed)."""
+
+    def __init__(self, text: str, *, processed: bool) -> None:
+        super().__init__("UNAVAILABLE", text)
+        self.processed = processed
+
+
+_SAFE_AGAIN = frozenset({"Version", "ListPodSandbox", "ListContainers", "PodSandboxStatus", "ContainerStatus",
+                         "StopPodSandbox", "RemovePodSandbox"})
+"""Calls that can be sent again after the runtime may have acted on them: reads, and the CRI's idempotent
+stop and remove (a second one answers for a sandbox already stopped or gone). RunPodSandbox,
+CreateContainer and the like are not: a second one would make a second object."""
+
+
 class _Unsent(Exception):
     """The connection was found closed before any byte of the request was taken by the kernel."""
 
@@ -209,6 +229,9 @@ class RuntimeClient:
     def call(self, method: str, request: Any, response: str, *, timeout: float | None = None) -> Any:
         """One unary call, bounded by the client's timeout; errors become the client's own."""
         seconds = self.timeout if timeout is None else timeout
+        if not seconds > 0:  # nan too: a socket given 0 turns non-blocking, a negative one is a ValueError
+            raise RuntimeUnavailable(f"{method} on {self.endpoint}: DEADLINE_EXCEEDED: no time left (timeout "
+                                     f"{seconds:g} s): not sent", code="DEADLINE_EXCEEDED")
         deadline = time.monotonic() + seconds
         payload = request.SerializeToString()
         if not self._lock.acquire(timeout=max(0.0, seconds)):
@@ -374,6 +397,19 @@ class RuntimeClient:
         except _Unsent as e:
             if not reused:
                 raise e.cause from e
+        except _GoAway as e:
+            # The runtime is going away (a restart, a graceful shutdown) and h2 reads nothing on a connection
+            # after its GOAWAY: a request the runtime says it did not process (our stream above its last
+            # one), or one that is safe to send twice, goes once more on a new connection, within the same
+            # deadline. A second GOAWAY fails the call.
+            if e.processed and path.rsplit("/", 1)[-1] not in _SAFE_AGAIN:
+                raise
+            self._drop()
+            sock, conn, _ = self._connected(deadline)
+            try:
+                return self._exchange(sock, conn, path, payload, deadline)
+            except _Unsent as unsent:
+                raise unsent.cause from unsent
         # The connection the last call left was found closed (the runtime restarted, or closed it while idle,
         # after the check of _stale) before any byte of this request reached it: the runtime cannot have seen
         # the request, so it is sent once more on a new connection. Never after a byte went out.
@@ -461,8 +497,10 @@ class RuntimeClient:
                 reply.reset, reply.ended = int(event.error_code if event.error_code is not None else 0x2), True
             elif isinstance(event, ev.ConnectionTerminated):
                 if not reply.ended:
-                    why = f"GOAWAY, error {_error_name(event.error_code)}, last stream {event.last_stream_id}"
-                    raise _Failure("UNAVAILABLE", f"the runtime closed the connection ({why}) before the reply")
+                    last = event.last_stream_id
+                    why = f"GOAWAY, error {_error_name(event.error_code)}, last stream {last}"
+                    raise _GoAway(f"the runtime closed the connection ({why}) before the reply of stream {sid}",
+                                  processed=last is None or last >= sid)
             elif isinstance(event, ev.PushedStreamReceived):
                 raise _Failure("INTERNAL", "the runtime pushed a stream (push is disabled)")
         self._flush(sock, conn, deadline)
