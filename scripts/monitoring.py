@@ -84,6 +84,16 @@ ROWS: tuple[tuple[str, tuple[Panel, ...]], ...] = (
               "runtime; rate_limit and reverification are routine.",
               (Target(f"sum by (node, reason) (increase(nodegc_actions_blocked_total{{{AGENT}}}"
                       "[$__rate_interval]))", "{{node}} {{reason}}"),)),
+        Panel("Streaks restarted and items marked",
+              "Detected items whose scans in a row went back to 0 because a cycle could not act on its desired "
+              "state (view_not_current: the pod watch not proven current; stale_source, source_unavailable: the "
+              "desired state too old, from the future or unreadable), by node and reason, and the items marked "
+              "for reclaim. Restarts without marks, hour after hour: refusals come at least once every K cycles "
+              "and no streak completes.",
+              (Target(f"sum by (node, reason) (increase(nodegc_streaks_restarted_total{{{AGENT}}}"
+                      "[$__rate_interval]))", "{{node}} restarted ({{reason}})"),
+               Target(f"sum by (node) (increase(nodegc_items_marked_total{{{AGENT}}}[$__rate_interval]))",
+                      "{{node}} marked"))),
         Panel("Protected resources",
               "Resources kept because they are younger than the minimum age or may belong to a pod still "
               "starting (the creation race). Not a refusal.",
@@ -312,6 +322,15 @@ ALERTS: tuple[Alert, ...] = (
           "10 minutes, none succeeded): nothing is marked nor reclaimed on that node (view_not_current).",
           unless=f'sum by (cluster, node) (increase(nodegc_reflector_proofs_total{{{AGENT_SEL}, '
                  f'result="proven"}}[10m]))'),
+    Alert("NodegcMarkingStarved",
+          f'sum by (cluster, node) (increase(nodegc_streaks_restarted_total{{{AGENT_SEL}}}[1h]))',
+          ">", "0", "1h", "warning",
+          "nodegc on {{ $labels.node }} marks nothing: refusals keep restarting its residue's scans in a row",
+          "For an hour, cycles on {{ $labels.node }} that could not act on their desired state (a refused proof "
+          "of the pod watch, a stale or unreadable pod list) restarted the scans in a row of its detected residue "
+          "({{ $value | printf \"%.0f\" }} restarts in the last hour) and no item was marked: a refusal comes at "
+          "least once every K cycles, so no streak completes and nothing is reclaimed, though other cycles act.",
+          unless=f'sum by (cluster, node) (increase(nodegc_items_marked_total{{{AGENT_SEL}}}[1h]))'),
     Alert("NodegcAgentDown",
           f"up{{{AGENT_SEL}}}", "==", "0", "10m", "warning",
           "nodegc agent on {{ $labels.node }} cannot be scraped",

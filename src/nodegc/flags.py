@@ -238,7 +238,8 @@ def add_runtime_flags(p: argparse.ArgumentParser, *, engine: bool = False) -> No
     g.add_argument("--stop-orphan-shims", action="store_true",
                    help="also stop containerd-shim-runc-v2 processes whose id the runtime no longer lists"
                         " (SIGKILL to the containers they ran first, their init processes pinned before; nothing is"
-                        " signalled when a child is in no container's cgroup; then SIGTERM, then SIGKILL;"
+                        " signalled when a child is in no container's cgroup, a runc call of the shim getting 3 s"
+                        " to end first; then SIGTERM, then SIGKILL;"
                         " default: report)")
 
 

@@ -34,7 +34,7 @@ from nodegc.planning.correlate import CorrelationPolicy
 from nodegc.planning.phases import PhasePolicy
 from nodegc.reclaim.dispatch import HostExecutor
 from nodegc.reclaim.runtime_leftovers import remove_runtime_dir, stop_shim
-from nodegc.sandbox.containerd import SandboxContainerd, new_spec, pod_record, write_pods
+from nodegc.sandbox.containerd import SandboxContainerd, SandboxSpec, new_spec, pod_record, write_pods
 from nodegc.sandbox.node import SandboxNode, _sys_mount, _sys_umount, is_mounted
 from nodegc.settings import ScanOptions
 
@@ -412,6 +412,7 @@ class _Lost:
     live_shim: int
     live_sid: str
     live_pids: dict[str, int]
+    live: SandboxSpec
 
 
 def _lost_shim(rt: SandboxContainerd) -> _Lost:
@@ -434,7 +435,7 @@ def _lost_shim(rt: SandboxContainerd) -> _Lost:
     pid = shims[lost_sid]
     shim = RuntimeLeftover("shim", lost_sid, f"/proc/{pid}", pid=pid, start_time=start_ticks(Path("/proc"), pid),
                            address=str(rt.socket))
-    return _Lost(shim, lost_sid, lost_cid, lost_pids, shims[live_sid], live_sid, live_pids)
+    return _Lost(shim, lost_sid, lost_cid, lost_pids, shims[live_sid], live_sid, live_pids, live)
 
 
 def _wait_gone(*pids: int, seconds: float = 10.0) -> bool:
@@ -612,6 +613,149 @@ def test_a_shim_whose_child_is_in_a_listed_containers_cgroup_is_not_signalled(co
         out = stop_shim(left, endpoint=rt.endpoint, timeout=5.0, term_wait=1.0)
         assert out.identity_changed and not out.ok and f"lists {live_cid[:12]}" in out.detail, out
         assert shim.poll() is None and _alive(children[0]) and _alive(live_pid)
+    finally:
+        shim.kill()
+        shim.wait()
+        for c in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(c, signal.SIGKILL)
+
+
+def _container_cgroups(cgroups_path: str) -> list[Path]:
+    """The container's cgroup directory in every hierarchy this mount namespace shows."""
+    return [Path(point + cgroups_path) for point, _, _ in _cgroup_mounts()]
+
+
+def _cgroups_path(rt: SandboxContainerd, cid: str) -> str:
+    spec = json.loads((rt.state / TASKS / cid / "config.json").read_text())
+    return str(spec["linux"]["cgroupsPath"])
+
+
+RUNC = Path("/run/containerd/runc/k8s.io")
+
+
+def _clean_until(node: SandboxNode, rt: SandboxContainerd, snap: Path, *flags: str, done: Any) -> list[str]:
+    outs = []
+    for _ in range(4):
+        clean = _nodegc(node, rt, snap, "clean", "--apply", "--stop-orphan-shims", *flags, "-o", "json")
+        assert clean.returncode in (0, 3), clean.stderr[-2000:]
+        outs.append(clean.stdout)
+        if done():
+            break
+        time.sleep(0.5)
+    return outs
+
+
+def test_after_an_orphan_shim_stops_runcs_state_and_the_empty_cgroups_go_with_its_bundles(
+        containerd_node: Runtime, tmp_path: Path) -> None:
+    """A shim its daemon does not know exits without containerd's cleanup (`runc delete`): runc's state dir
+    of each container (<runc root>/k8s.io/<id>) and the containers' cgroups stay. They go in the task
+    bundle's step, before the bundle. The live pod's runc state and cgroups are untouched."""
+    node, rt = containerd_node
+    lost = _lost_shim(rt)
+    ids = (lost.sid, lost.cid)
+    lost_cgroups = [cg for i in ids for cg in _container_cgroups(_cgroups_path(rt, i))]
+    live_ids = [c for c in os.listdir(RUNC) if c not in ids]
+    live_cgroups = [cg for i in live_ids for cg in _container_cgroups(_cgroups_path(rt, i))]
+    assert all((RUNC / i / "state.json").is_file() for i in ids) and len(live_ids) == 2
+    assert all(cg.is_dir() for cg in (*lost_cgroups, *live_cgroups))
+    before = _status(rt, lost.live_sid)
+    assert before is not None
+    snap = write_pods(tmp_path / "pods.json", [pod_record(node, lost.live, before[1][0])])
+
+    def done() -> bool:
+        return not any((rt.state / TASKS / i).exists() for i in ids)
+
+    outs = _clean_until(node, rt, snap, "--state-dir", str(tmp_path / "state"), done=done)
+    assert done(), outs[-1][-3000:]
+    assert _wait_gone(lost.shim.pid or 0, *lost.pids.values())
+    assert not any((RUNC / i).exists() for i in ids)
+    assert not [cg for cg in lost_cgroups if cg.exists()]
+    assert all(cg.parent.is_dir() for cg in lost_cgroups)  # the pod's cgroup is the kubelet's
+    assert all((RUNC / i / "state.json").is_file() for i in live_ids)
+    assert all(cg.is_dir() for cg in live_cgroups)
+    assert all(_alive(p) for p in (lost.live_shim, *lost.live_pids.values()))
+    assert _status(rt, lost.live_sid) == before
+
+
+def test_a_container_cgroup_that_still_holds_a_process_keeps_its_bundle_and_runc_state(
+        containerd_node: Runtime, tmp_path: Path) -> None:
+    """After the shim stopped, a process sits in the lost app's (empty) cgroups (moved there, or a descendant
+    that outlived the kill outside the container's pid namespace): the bundle's step fails on the cgroup
+    (EBUSY), and the cgroup, runc's state and the bundle stay. Once it is gone, a later attempt removes them."""
+    node, rt = containerd_node
+    lost = _lost_shim(rt)
+    app_cgroups = _container_cgroups(_cgroups_path(rt, lost.cid))
+    snap = write_pods(tmp_path / "pods.json", [])
+    state = str(tmp_path / "state")
+    flags = ("--allow-empty-desired", "--state-dir", state)
+    first = _nodegc(node, rt, snap, "clean", "--apply", "--stop-orphan-shims", *flags, "-o", "json")
+    assert first.returncode in (0, 3), first.stderr[-2000:]
+    assert _wait_gone(lost.shim.pid or 0, *lost.pids.values()), first.stdout[-3000:]
+    assert (rt.state / TASKS / lost.cid).is_dir() and (RUNC / lost.cid / "state.json").is_file()
+    assert all(cg.is_dir() for cg in app_cgroups)
+    stray = subprocess.Popen(["sleep", "600"])
+    try:
+        for cg in app_cgroups:
+            (cg / "cgroup.procs").write_text(str(stray.pid))
+        outs = _clean_until(node, rt, snap, *flags, done=lambda: not (rt.state / TASKS / lost.sid).exists())
+        assert not (rt.state / TASKS / lost.sid).exists() and not (RUNC / lost.sid).exists(), outs[-1][-3000:]
+        assert stray.poll() is None
+        assert (rt.state / TASKS / lost.cid).is_dir() and (RUNC / lost.cid / "state.json").is_file()
+        assert all(cg.is_dir() for cg in app_cgroups)
+        assert "in use" in "".join(outs)
+    finally:
+        stray.kill()
+        stray.wait()
+    # A new ledger: the failed step's backoff (10 s, doubling) is not waited for here.
+    outs = _clean_until(node, rt, snap, "--allow-empty-desired", "--state-dir", state + "-2",
+                        done=lambda: not (rt.state / TASKS / lost.cid).exists())
+    assert not (rt.state / TASKS / lost.cid).exists() and not (RUNC / lost.cid).exists(), outs[-1][-3000:]
+    assert not [cg for cg in app_cgroups if cg.exists()]
+
+
+def _stand_in_shim(rt: SandboxContainerd, child: str) -> tuple[subprocess.Popen[bytes], list[int]]:
+    """A process that looks like an orphan shim of this runtime, with one child (`child`, a bash command);
+    it stays after the child ended (a builtin read: no other child)."""
+    shim = subprocess.Popen(["containerd-shim-runc-v2", "-c", f"{child} & wait; read -r -t 600 _", "-namespace",
+                             "k8s.io", "-id", "d" * 64, "-address", str(rt.socket)], executable="/bin/bash",
+                            stdin=subprocess.PIPE)
+    deadline = time.monotonic() + 5
+    children: list[int] = []
+    while not children and time.monotonic() < deadline:
+        children = [int(e.name) for e in Path("/proc").iterdir() if e.name.isdigit()
+                    and _ppid_of(int(e.name)) == shim.pid]
+        time.sleep(0.05)
+    assert children
+    return shim, children
+
+
+def test_a_runc_call_of_the_shim_is_waited_for_then_the_shim_is_stopped(containerd_node: Runtime) -> None:
+    """A child of the shim in no container's cgroup whose command is `runc` is the shim's own call in flight:
+    it is never signalled, the step waits a bounded time for it to end and reads the children again."""
+    _, rt = containerd_node
+    shim, _ = _stand_in_shim(rt, "(exec -a runc sleep 1)")
+    try:
+        left = RuntimeLeftover("shim", "d" * 64, f"/proc/{shim.pid}", pid=shim.pid,
+                               start_time=start_ticks(Path("/proc"), shim.pid), address=str(rt.socket))
+        out = stop_shim(left, endpoint=rt.endpoint, timeout=5.0, term_wait=2.0)
+        assert out.ok and "SIGTERM" in out.detail, out
+        assert shim.wait(timeout=10) == -signal.SIGTERM
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            shim.kill()
+        shim.wait()
+
+
+def test_a_runc_call_that_does_not_end_fails_the_step_and_signals_nothing(containerd_node: Runtime) -> None:
+    _, rt = containerd_node
+    shim, children = _stand_in_shim(rt, "(exec -a runc sleep 600)")
+    try:
+        left = RuntimeLeftover("shim", "d" * 64, f"/proc/{shim.pid}", pid=shim.pid,
+                               start_time=start_ticks(Path("/proc"), shim.pid), address=str(rt.socket))
+        out = stop_shim(left, endpoint=rt.endpoint, timeout=5.0, term_wait=1.0)
+        assert not out.ok and "runc, a call still in flight" in out.detail, out
+        assert shim.poll() is None and all(_alive(c) for c in children)
     finally:
         shim.kill()
         shim.wait()

@@ -178,3 +178,34 @@ def test_cache_entries_share_their_network_configuration_across_scans(tmp_path: 
     assert [e.pod_uid for e in again] == ["u-c1", "u-c2", "u-c3"]
     assert again[2] == cni_cache.parse_cache_entry(again[2].path, (results / "net-c3-eth0").read_bytes(),
                                                    inode=again[2].inode, mtime=again[2].mtime)
+
+
+def test_stamps_pack_one_for_one_and_an_unpackable_one_stays_a_tuple() -> None:
+    from nodegc.hostio.files import packed_stamp
+
+    stamps = [(1, 2, 3, 4), (1, 2, 4, 3), (2, 1, 3, 4), (1, 2, -3, 4), (0, 0, 0, 0),
+              (2**64 - 1, 0, -(2**63), 2**63 - 1)]
+    packed = [packed_stamp(s) for s in stamps]
+    assert all(isinstance(p, bytes) and len(p) == 32 for p in packed)
+    assert len(set(packed)) == len(stamps)
+    huge = (1, 2, 2**63, 4)  # a time past 2262 in ns
+    assert packed_stamp(huge) == huge and packed_stamp(huge) not in packed
+
+
+def test_the_memo_holds_each_path_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each scan's listing spells the path anew: the memo keeps the key it was first put under (the
+    record's own path), not the new spelling beside it."""
+    monkeypatch.setattr(files, "SETTLED_NS", 0)
+    path = tmp_path / "f"
+    path.write_bytes(b"a")
+    first = str(path)
+    memo: FileMemo[str] = FileMemo()
+    memo.put(first, read_small_file(first, limit=100), "parsed")
+    memo.end_scan()
+    for _ in range(3):
+        again = "".join([str(tmp_path), "/f"])
+        assert again == first and again is not first
+        assert memo.get(again, os.lstat(again)) == "parsed"
+        memo.end_scan()
+    (key,) = memo._known
+    assert key is first

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nodegc.model.findings import Finding, FindingClass
-from nodegc.model.resources import Inventory, Kind
+from nodegc.model.resources import Inventory, Kind, Mount
 from nodegc.model.runtime import RuntimeContainer, RuntimeLeftover, RuntimeSandbox, RuntimeView
 from nodegc.planning.correlate import CorrelationPolicy, correlate
 from tests.unit.factories import NOW, OLD, desired, pod
@@ -197,3 +197,83 @@ def test_the_container_a_process_cgroup_names(tmp_path: Path) -> None:
         (tmp_path / str(i) / "cgroup").write_text(text)
         assert _container_of(tmp_path, i) == want, text
     assert _container_of(tmp_path, 999) is None
+
+
+def _hierarchies(tmp_path: Path, *names: str) -> list[Mount]:
+    out = []
+    for i, name in enumerate(names):
+        (tmp_path / name).mkdir(parents=True)
+        out.append(Mount(mount_id=100 + i, parent_id=1, device="0:1", root="/", mount_point=str(tmp_path / name),
+                         options="rw", fs_type="cgroup2" if name == "unified" else "cgroup", source="cgroup"))
+    return out
+
+
+def test_a_bundles_cgroups_are_removed_only_as_its_containers_and_only_when_empty(tmp_path: Path) -> None:
+    """`<hierarchy><cgroupsPath>` in each cgroup hierarchy below the root, by rmdir (a cgroup with a process
+    or a child refuses it: here, a directory that is not empty); the path must end in the container id, no
+    `..`, no symlink followed; the systemd driver's `slice:prefix:name` is systemd's."""
+    import os
+
+    from nodegc.reclaim.runtime_leftovers import _remove_cgroups
+
+    cid = "c" * 64
+    root = tmp_path / "cg"
+    mounts = _hierarchies(root, "memory", "pids", "unified")
+    elsewhere = _hierarchies(tmp_path / "other", "memory")
+    path = f"/pods/pod1/{cid}"
+    for m in (*mounts, *elsewhere):
+        Path(m.mount_point + path).mkdir(parents=True)
+    out = _remove_cgroups(cid, path, mounts=[*mounts, *elsewhere], cgroup_root=root)
+    assert out == "removed its empty cgroup in 3 hierarchies"
+    assert not any(Path(m.mount_point + path).exists() for m in mounts)
+    assert all(Path(m.mount_point + "/pods/pod1").is_dir() for m in mounts)  # the pod's: not touched
+    assert Path(elsewhere[0].mount_point + path).is_dir()  # outside the cgroup root
+    assert _remove_cgroups(cid, path, mounts=mounts, cgroup_root=root) == ""  # idempotent
+
+    Path(mounts[0].mount_point + path, "child").mkdir(parents=True)  # in use
+    busy = _remove_cgroups(cid, path, mounts=mounts, cgroup_root=root)
+    assert not isinstance(busy, str) and not busy.ok and "in use" in busy.detail
+    assert Path(mounts[0].mount_point + path, "child").is_dir()
+
+    for odd in (f"/pods/pod1/{'d' * 64}", f"/pods/../pods/pod1/{cid}", f"/pods/pod1/{cid}/.."):
+        refused = _remove_cgroups(cid, odd, mounts=mounts, cgroup_root=root)
+        assert not isinstance(refused, str) and not refused.ok, odd
+    assert _remove_cgroups(cid, f"kubepods.slice:cri-containerd:{cid}", mounts=mounts, cgroup_root=root) == ""
+    assert _remove_cgroups(cid, None, mounts=mounts, cgroup_root=root) == ""
+
+    # A symlink on the way is not followed.
+    target = tmp_path / "target" / "pod1" / cid
+    target.mkdir(parents=True)
+    os.symlink(tmp_path / "target", mounts[1].mount_point + "/linked")
+    assert _remove_cgroups(cid, f"/linked/pod1/{cid}", mounts=mounts, cgroup_root=root) == ""
+    assert target.is_dir()
+
+
+def test_runcs_state_is_kept_while_the_init_it_names_runs(tmp_path: Path) -> None:
+    import json
+    import os
+
+    from nodegc.inventory.cri.leftovers import start_ticks
+    from nodegc.reclaim.runtime_leftovers import _remove_runc_state, _runc_init_alive
+
+    cid = "c" * 64
+    proc = Path("/proc")
+    me, ticks = os.getpid(), start_ticks(proc, os.getpid())
+    assert _runc_init_alive(json.dumps({"id": cid, "init_process_pid": me, "init_process_start": ticks}).encode(),
+                            cid, proc) is not None
+    assert _runc_init_alive(json.dumps({"id": cid, "init_process_pid": me,
+                                        "init_process_start": (ticks or 0) - 1}).encode(), cid, proc) is None
+    assert _runc_init_alive(json.dumps({"id": "d" * 64, "init_process_pid": 1}).encode(), cid, proc) is not None
+    assert _runc_init_alive(b"{not json", cid, proc) is not None
+    assert _runc_init_alive(None, cid, proc) is None
+
+    state = tmp_path / "runc" / "k8s.io" / cid
+    state.mkdir(parents=True)
+    (state / "state.json").write_text(json.dumps({"id": cid, "init_process_pid": me, "init_process_start": ticks}))
+    kept = _remove_runc_state(cid, tmp_path / "runc", proc_root=proc, timeout=5.0)
+    assert not isinstance(kept, str) and not kept.ok and state.is_dir()
+    (state / "state.json").write_text(json.dumps({"id": cid, "init_process_pid": 2**22 + 7}))
+    assert _remove_runc_state(cid, tmp_path / "runc", proc_root=proc, timeout=5.0) == f"removed runc's state {state}"
+    assert not state.exists()
+    assert _remove_runc_state(cid, tmp_path / "runc", proc_root=proc, timeout=5.0) == ""
+    assert _remove_runc_state(cid, tmp_path / "nothing", proc_root=proc, timeout=5.0) == ""

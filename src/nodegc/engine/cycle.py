@@ -34,7 +34,7 @@ from nodegc.inventory.scanning import scan_node
 from nodegc.ledger.store import Ledger, LedgerError
 from nodegc.model.findings import Finding, FindingClass
 from nodegc.model.ipranges import RangeStatus
-from nodegc.model.items import Item, Phase, item_key
+from nodegc.model.items import Identity, Item, Phase, item_key
 from nodegc.model.pods import DesiredState, OwnerState, Pod
 from nodegc.model.resources import Inventory, Kind, ReadProblem
 from nodegc.model.runtime import RuntimeSandbox
@@ -55,6 +55,7 @@ from nodegc.planning.phases import (
     reconcile,
     refused,
     resources,
+    unknown,
 )
 from nodegc.planning.runtime import runtime_unusable
 from nodegc.reclaim.dispatch import Executor
@@ -71,6 +72,8 @@ class MetricsSink(Protocol):
     def reclaimed(self, kind: str, result: str) -> None: ...
     def scanned(self, seconds: float, problems: Sequence[tuple[str, int]]) -> None: ...
     def problems(self, problems: Sequence[tuple[str, int]]) -> None: ...
+    def streaks_restarted(self, reason: str, n: int) -> None: ...
+    def marked(self, counts: dict[str, int]) -> None: ...
     def items(self, counts: dict[tuple[str, str], int]) -> None: ...
     def ledger_error(self) -> None: ...
     def desired_age(self, seconds: float) -> None: ...
@@ -91,6 +94,12 @@ class NullMetrics:
         pass
 
     def problems(self, problems: Sequence[tuple[str, int]]) -> None:
+        pass
+
+    def streaks_restarted(self, reason: str, n: int) -> None:
+        pass
+
+    def marked(self, counts: dict[str, int]) -> None:
         pass
 
     def items(self, counts: dict[tuple[str, str], int]) -> None:
@@ -201,6 +210,7 @@ class Engine:
         report = CycleReport()
         detected = self._detect(report)
         if detected is None:
+            self._unknown(report)
             return report
         desired, inventory, findings = detected
         now = self.clock()
@@ -267,14 +277,29 @@ class Engine:
         inventory = self._checked(inventory, desired, report)
         self._judged(inventory, findings, report)
         items = self.ledger.items(active_only=True)
-        transitions = refused(items, findings, {k: identity_of(r) for k, r in resources(inventory).items()},
-                              now=now, blind=Blind(inventory.problems))
+        transitions = refused(items, findings, _residue_identities(inventory, findings), now=now,
+                              blind=Blind(inventory.problems))
         self._persist(transitions, now)
         restarted = sum(1 for t in transitions if not t.phase_changed)
         if restarted:
-            log.info("view not proven current: scans in a row start again", items=restarted)
+            reason = _refusal(report)
+            log.info("view not proven current: scans in a row start again", items=restarted, reason=reason)
+            self.metrics.streaks_restarted(reason, restarted)
         self._observe_runtime(inventory, findings, desired, now, report)
         self._report_items()
+
+    def _unknown(self, report: CycleReport) -> None:
+        """A cycle refused before its scan, its desired state unreadable (`source_unavailable`) or too old or
+        from the future (`stale_source`): nothing was seen, so nothing is released, closed or begun, and no
+        detected item's scans in a row go on across a time in which it was not known which pods exist
+        (`planning.phases.unknown`), as none goes on across a refused proof."""
+        now = self.clock()
+        transitions = unknown(self.ledger.items(active_only=True))
+        self._persist(transitions, now)
+        if transitions:
+            reason = _refusal(report)
+            log.info("desired state unknown: scans in a row start again", items=len(transitions), reason=reason)
+            self.metrics.streaks_restarted(reason, len(transitions))
 
     def _observe_runtime(self, inventory: Inventory, findings: tuple[Finding, ...], desired: DesiredState,
                          now: float, report: CycleReport) -> None:
@@ -310,11 +335,15 @@ class Engine:
         """Every finding updates its ledger item: first seen, scans in a row, marked after K scans and grace."""
         blind = Blind(inventory.problems)
         items = self.ledger.items(active_only=True)
-        # Only a residue finding's item takes its resource's identity: on a node of live pods, none is made.
-        residue = [f for f in findings if f.cls.is_residue]
-        current = resources(inventory) if residue else {}
-        idents = {key: identity_of(current[key]) for f in residue if (key := item_key(f.kind, f.id)) in current}
-        self._persist(reconcile(items, findings, idents, now=now, policy=self.settings.phases, blind=blind), now)
+        transitions = reconcile(items, findings, _residue_identities(inventory, findings), now=now,
+                                policy=self.settings.phases, blind=blind)
+        self._persist(transitions, now)
+        marked: dict[str, int] = {}
+        for t in transitions:
+            if t.phase_changed and t.item.phase is Phase.MARKED:
+                marked[t.item.kind.value] = marked.get(t.item.kind.value, 0) + 1
+        if marked:
+            self.metrics.marked(marked)
 
     # -- detect ----------------------------------------------------------------------------------
 
@@ -678,6 +707,20 @@ def orphan_shims(inventory: Inventory, findings: Sequence[Finding]) -> list[Find
     shims = {left.path for left in view.leftovers if left.what == "shim" and not left.problem} if view else set()
     return [f for f in findings if f.kind is Kind.RUNTIME_LEFTOVER and f.id in shims
             and f.cls in (FindingClass.RUNTIME_LEFTOVER, FindingClass.ORPHANED_SHIM)]
+
+
+def _residue_identities(inventory: Inventory, findings: Sequence[Finding]) -> dict[str, Identity]:
+    """The identities of the residue findings' resources, by item key: only a residue finding's item takes its
+    resource's identity (`reconcile`, `refused`), so on a node of live pods none is made."""
+    residue = [f for f in findings if f.cls.is_residue]
+    current = resources(inventory) if residue else {}
+    return {key: identity_of(current[key]) for f in residue if (key := item_key(f.kind, f.id)) in current}
+
+
+def _refusal(report: CycleReport) -> str:
+    """The reason of the cycle's last whole-cycle refusal (`view_not_current` when none is recorded)."""
+    reasons = [reason for b in report.blocked if (reason := b.split(":", 1)[0]) in _REFUSALS]
+    return reasons[-1] if reasons else "view_not_current"
 
 
 def _group(item: Item) -> str:

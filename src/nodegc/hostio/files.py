@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+import struct
 import threading
 import time
 from dataclasses import dataclass, field
@@ -125,26 +126,29 @@ class FileMemo(Generic[T]):
     Every write, rename onto, truncate or chmod of the file changes its ctime, which userspace cannot set
     back; a file is remembered only once its ctime is SETTLED_NS older than the read, so a change that
     races the read still shows in a later stamp. Paths not seen in a scan are forgotten at its end.
+
+    Kept small (a node has thousands of such files): the stamp packed into 32 bytes (`packed_stamp`), and
+    each path held once, as the key it was first put under (a scan's listing spells it anew).
     """
 
     def __init__(self) -> None:
-        self._known: dict[str, tuple[tuple[int, int, int, int], T]] = {}
-        self._seen: dict[str, tuple[tuple[int, int, int, int], T]] = {}
+        self._known: dict[str, tuple[str, bytes | tuple[int, int, int, int], T]] = {}
+        self._seen: dict[str, tuple[str, bytes | tuple[int, int, int, int], T]] = {}
         self._lock = threading.Lock()
 
     def get(self, path: str, st: os.stat_result) -> T | None:
         with self._lock:
             found = self._known.get(path)
-        if found is None or found[0] != stamp_of(st):
+        if found is None or found[1] != packed_stamp(stamp_of(st)):
             return None
         with self._lock:
-            self._seen[path] = found
-        return found[1]
+            self._seen[found[0]] = found
+        return found[2]
 
     def put(self, path: str, small: SmallFile, value: T) -> None:
         if small.stamp[3] < time.time_ns() - SETTLED_NS:
             with self._lock:
-                self._seen[path] = (small.stamp, value)
+                self._seen[path] = (path, packed_stamp(small.stamp), value)
 
     def end_scan(self) -> None:
         with self._lock:
@@ -153,6 +157,18 @@ class FileMemo(Generic[T]):
     def clear(self) -> None:
         with self._lock:
             self._known, self._seen = {}, {}
+
+
+_STAMP = struct.Struct("=QQqq")
+
+
+def packed_stamp(stamp: tuple[int, int, int, int]) -> bytes | tuple[int, int, int, int]:
+    """The stamp as 32 bytes (inode, size, mtime ns, ctime ns: one for one, so equal bytes are equal
+    stamps), or the stamp itself when a field does not fit 64 bits (never equal to any bytes)."""
+    try:
+        return _STAMP.pack(*stamp)
+    except struct.error:
+        return stamp
 
 
 @dataclass

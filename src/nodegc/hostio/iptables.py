@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
 import threading
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
@@ -194,7 +195,7 @@ def _parse_rule(line: str, shared: Shared | None = None) -> tuple[_Rule | None, 
         elif tok == "--comment" and owner is None:
             m = _OWNER.search(nxt)
             if m is not None:
-                owner = (m["network"], m["cid"])
+                owner = (m["network"], sys.intern(m["cid"]))  # the id other records name
     if shared is not None:
         chain = shared.text(chain)
         if target is not None:

@@ -10,6 +10,7 @@ import bisect
 import hashlib
 import os
 import re
+import sys
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -60,7 +61,7 @@ def _parse_line(line: str, shared: dict[str, str] | None = None) -> Mount:
     device = fields[2]
     if not _DEVICE.match(device):
         raise ValueError(f"bad device {device!r}")
-    mount_point = decode_mountinfo_field(fields[4])
+    mount_point = sys.intern(decode_mountinfo_field(fields[4]))  # a volume's directory is the same path
     if not mount_point:
         raise ValueError("empty mount point")
     root, options = decode_mountinfo_field(fields[3]), fields[5]

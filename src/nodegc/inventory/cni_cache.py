@@ -11,6 +11,7 @@ import base64
 import binascii
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -95,7 +96,7 @@ def _cni_args(raw: object, shared: Shared) -> tuple[tuple[str, str], ...]:
         if not (isinstance(item, list) and len(item) == 2 and all(isinstance(x, str) for x in item)):
             raise ValueError(f"cniArgs entry {item!r} is not a [key, value] pair of strings")
         key = shared.text(item[0])
-        pairs.append((key, item[1]) if key in _OWN_ARGS else shared.pair((key, item[1])))
+        pairs.append((key, sys.intern(item[1])) if key in _OWN_ARGS else shared.pair((key, item[1])))
     return tuple(pairs)
 
 
@@ -152,7 +153,8 @@ def parse_cache_entry(path: str, content: bytes, *, inode: int, mtime: float,
     kind = doc.get("kind")
     if kind != CACHE_KIND:
         raise ValueError(f"kind is {kind!r}, not {CACHE_KIND!r}")
-    container_id = _required_str(doc, "containerId")
+    # Interned: the ids, names and paths other readers' records, the pods and the findings also hold.
+    container_id = sys.intern(_required_str(doc, "containerId"))
     network = _required_str(doc, "networkName")
     ifname = _required_str(doc, "ifName")
     netns = doc.get("netns")
@@ -173,7 +175,7 @@ def parse_cache_entry(path: str, content: bytes, *, inode: int, mtime: float,
         network=share.text(network),
         container_id=container_id,
         ifname=share.text(ifname),
-        netns=netns or None,
+        netns=sys.intern(netns) if netns else None,
         pod_namespace=pod.get("pod_namespace") or None,
         pod_name=pod.get("pod_name") or None,
         pod_uid=pod.get("pod_uid") or None,

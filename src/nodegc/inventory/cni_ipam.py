@@ -11,6 +11,7 @@ earlier scan read, long settled, is not opened again: its parse is taken again.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 from nodegc.hostio.cni_files import (
@@ -77,7 +78,7 @@ def _scan_network(net: os.DirEntry[str], problems: list[ReadProblem]) -> list[IP
             path=entry.path,
             inode=small.inode,
             mtime=small.mtime,
-            container_id=container_id,
+            container_id=None if container_id is None else sys.intern(container_id),  # the id other records name
             ifname=ifname,
             legacy_format=legacy,
         )

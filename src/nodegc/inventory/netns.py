@@ -14,6 +14,7 @@ import ipaddress
 import os
 import re
 import stat
+import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -179,8 +180,9 @@ def _read_entry(
     nsfs_points: frozenset[str],
     other_points: frozenset[str],
 ) -> tuple[NetnsEntry | None, ReadProblem | None]:
-    name = dirent.name
-    path = os.path.join(dir_str, name)
+    # Interned: the path the cache entries, the veths and the findings name, read anew every scan.
+    name = sys.intern(dirent.name)
+    path = sys.intern(os.path.join(dir_str, name))
     reason = _odd_name(name)
     if reason is not None:
         return None, ReadProblem(Kind.NETNS, path, reason)

@@ -19,6 +19,7 @@ import errno
 import math
 import os
 import stat
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -127,7 +128,7 @@ def _volume(scan: _Scan, *, uid: str, plugin: str, name: str, path: str, subpath
         pod_uid=uid,
         plugin=plugin,
         name=name,
-        path=path,
+        path=sys.intern(path),  # its mount's mount point, the same string
         mount_id=mount.mount_id if mount else None,
         fs_type=mount.fs_type if mount else None,
         source=mount.source if mount else None,
@@ -161,7 +162,7 @@ def _subpaths(scan: _Scan, uid: str, subpaths_path: str) -> list[VolumeDir]:
 
 
 def _pod(scan: _Scan, entry: os.DirEntry[str]) -> PodDir | None:
-    uid = entry.name
+    uid = sys.intern(entry.name)  # the UID the cache entries and the findings name: one string
     if not _is_utf8(uid):
         scan.problem(entry.path, "pod directory name is not valid UTF-8, not a pod UID")
         return None

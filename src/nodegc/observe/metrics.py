@@ -29,6 +29,9 @@ BLOCK_REASONS = ("source_unavailable", "stale_source", "view_not_current", "blas
                  "rate_limit", "reverification")
 """Every reason (and every kind and result of a reclaim) is exported from the start at 0, so rate() and
 increase() see the first block or failure."""
+STREAK_REASONS = ("view_not_current", "stale_source", "source_unavailable")
+"""Why a cycle restarted detected items' scans in a row: its view not proven current, or its desired state
+unknown (too old, from the future, unreadable)."""
 
 SCAN_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
@@ -85,6 +88,13 @@ class Metrics:
             "nodegc_read_problems", "Items the readers could not read, by resource kind.", ["kind"],
             registry=r,
         )
+        self.streak_restarts = Counter(
+            "nodegc_streaks_restarted",
+            "Detected items whose scans in a row went back to 0 because a cycle could not act on its desired "
+            "state, by reason (view_not_current, stale_source, source_unavailable).", ["reason"], registry=r)
+        self.items_marked = Counter(
+            "nodegc_items_marked", "Items marked for reclaim (seen orphaned in K scans in a row and for the grace"
+            " period), by kind.", ["kind"], registry=r)
         self.desired_state_age = Gauge(
             "nodegc_desired_state_age_seconds", "Age of the desired state (pods) the last cycle acted on.",
             registry=r,
@@ -133,6 +143,10 @@ class Metrics:
                               self.range_leak_rate, self.range_allocation_rate, self.range_exhaustion)
         for reason in BLOCK_REASONS:
             self.actions_blocked.labels(reason)
+        for reason in STREAK_REASONS:
+            self.streak_restarts.labels(reason)
+        for kind in Kind:
+            self.items_marked.labels(kind.value)
         for kind in Kind:
             for result in RECLAIM_RESULTS:
                 self.reclaims.labels(kind.value, result)
@@ -169,6 +183,15 @@ class Metrics:
 
     def blocked(self, reason: str) -> None:
         self.actions_blocked.labels(reason).inc()
+
+    def streaks_restarted(self, reason: str, n: int) -> None:
+        if n > 0:
+            self.streak_restarts.labels(reason).inc(n)
+
+    def marked(self, counts: Mapping[str, int]) -> None:
+        for kind, n in counts.items():
+            if n > 0:
+                self.items_marked.labels(kind).inc(n)
 
     def ledger_error(self) -> None:
         self.ledger_errors.inc()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import sys
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -56,7 +57,7 @@ def netns_key(path: str | None) -> str | None:
         return None
     if head.endswith("/" + CRI_NETNS_SUBDIR):
         return f"{CRI_NETNS_SUBDIR}/{name}"
-    return name if head.endswith("/netns") else path
+    return sys.intern(name) if head.endswith("/netns") else path  # the netns entries' names
 
 
 def entry_key(ns: NetnsEntry) -> str:

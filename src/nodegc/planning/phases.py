@@ -309,6 +309,19 @@ def refused(
     return out
 
 
+UNKNOWN_STREAK_BROKEN = "the desired state was unknown (unreadable or stale): its scans in a row start again"
+
+
+def unknown(items: Mapping[str, Item]) -> list[Transition]:
+    """Fold a cycle whose desired state could not be had (`source_unavailable`) or was too old or dated in the
+    future (`stale_source`): nothing was scanned, so nothing is released, closed or begun, but no streak of
+    scans in a row spans a time in which it was not known which pods exist (as none spans a refused proof,
+    `refused`). A detected item's count drops to 0; its next sighting counts 1 and starts its grace again.
+    An item already at 0 is not written again: a row of such cycles writes once."""
+    return [Transition(dataclasses.replace(item, orphan_count=0), item.phase, UNKNOWN_STREAK_BROKEN)
+            for item in items.values() if item.phase is Phase.DETECTED and item.orphan_count]
+
+
 def due(items: Iterable[Item], now: float) -> list[Item]:
     """Reclaim candidates: marked, failed whose backoff has passed, and terminating ones a crash
     interrupted (re-verified and re-run: every step is idempotent)."""

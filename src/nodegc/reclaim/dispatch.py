@@ -108,6 +108,11 @@ class HostExecutor:
     runtime_state_dir: Path | None = None
     """containerd's state directory: its leftover directories, and its netns files
     (`<state>/io.containerd.grpc.v1.cri/netns`), are removed only inside it; None: neither."""
+    runc_root: Path | None = Path("/run/containerd/runc")
+    """The runc shim's state root: a reclaimed task bundle's `<root>/k8s.io/<id>` goes with it; None: kept."""
+    cgroup_root: Path | None = Path("/sys/fs/cgroup")
+    """Where the cgroup hierarchies are mounted: a reclaimed task bundle's empty container cgroups (cgroupfs
+    driver) go with it; None: kept."""
     direct_teardown: bool = True
     """CNI attachments whose plugins nodegc knows completely are torn down without running them
     (`reclaim.teardown`); False runs CNI DEL for every attachment."""
@@ -325,7 +330,8 @@ class _HostRun:
                 if resource.what in ("sandbox_dir", "task_dir"):
                     return remove_runtime_dir(resource, state_dir=self.x.runtime_state_dir,
                                               endpoint=self.x.runtime_endpoint, timeout=self.x.runtime_timeout,
-                                              unmount_timeout=self.x.unmount_timeout, proc_root=roots.proc_root)
+                                              unmount_timeout=self.x.unmount_timeout, proc_root=roots.proc_root,
+                                              runc_root=self.x.runc_root, cgroup_root=self.x.cgroup_root)
                 return Outcome.failed(f"refused: a {resource.what} leftover is not reclaimed")
             case RuntimeSandbox():
                 from nodegc.reclaim.sandboxes import remove_sandbox

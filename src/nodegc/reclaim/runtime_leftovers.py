@@ -19,12 +19,15 @@ by another process is never signalled.
 from __future__ import annotations
 
 import contextlib
+import errno
+import json
 import os
 import re
 import select
 import signal
+import stat
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from pathlib import Path
 
 from nodegc.hostio.mountinfo import mounts_below, read_mounts
@@ -40,7 +43,7 @@ from nodegc.inventory.cri.leftovers import (
     socket_file,
     start_ticks,
 )
-from nodegc.model.resources import VolumeDir
+from nodegc.model.resources import Mount, VolumeDir
 from nodegc.model.runtime import RuntimeLeftover
 from nodegc.reclaim.outcomes import Outcome
 from nodegc.reclaim.removing import open_dir_below, remove_dir_at
@@ -50,6 +53,8 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 TERM_WAIT = 10.0
 """Seconds a shim gets to exit after SIGTERM before SIGKILL."""
 _KILL_WAIT = 5.0
+_RUNC_WAIT = 3.0
+"""Seconds a `runc` call of the shim (a child in no container's cgroup) gets to end before the step fails."""
 
 
 def runtime_doubt(left: RuntimeLeftover, *, endpoint: str | None, timeout: float,
@@ -82,7 +87,10 @@ def _relative(left: RuntimeLeftover, base: str) -> list[str] | None:
 
 
 def remove_runtime_dir(left: RuntimeLeftover, *, state_dir: Path | None, endpoint: str | None, timeout: float,
-                       unmount_timeout: float = 10.0, proc_root: Path = Path("/proc")) -> Outcome:
+                       unmount_timeout: float = 10.0, proc_root: Path = Path("/proc"),
+                       runc_root: Path | None = None, cgroup_root: Path | None = None) -> Outcome:
+    """A task bundle goes after what runc keeps of its container outside it (`runc_root`'s state dir of the
+    id, the container's empty cgroups below `cgroup_root`; None: not touched): see `_runc_leftovers`."""
     if state_dir is None:
         return Outcome.failed("no runtime state dir configured")
     base = os.path.realpath(os.fsdecode(state_dir))
@@ -109,13 +117,14 @@ def remove_runtime_dir(left: RuntimeLeftover, *, state_dir: Path | None, endpoin
                 return next_fd
             os.close(fd)
             fd = next_fd
-        return _unmount_then_remove(fd, left, unmount_timeout=unmount_timeout, proc_root=proc_root, timeout=timeout)
+        return _unmount_then_remove(fd, left, unmount_timeout=unmount_timeout, proc_root=proc_root, timeout=timeout,
+                                    runc_root=runc_root, cgroup_root=cgroup_root)
     finally:
         os.close(fd)
 
 
 def _unmount_then_remove(parent_fd: int, left: RuntimeLeftover, *, unmount_timeout: float, proc_root: Path,
-                         timeout: float) -> Outcome:
+                         timeout: float, runc_root: Path | None = None, cgroup_root: Path | None = None) -> Outcome:
     try:
         st = os.lstat(left.id, dir_fd=parent_fd)
     except FileNotFoundError:
@@ -133,6 +142,13 @@ def _unmount_then_remove(parent_fd: int, left: RuntimeLeftover, *, unmount_timeo
     if others:
         return Outcome.failed(f"not touched: mounted below {left.path}, not its own: {others[:3]}")
     own = [m for m in below if m.mount_point == point]
+    runc = ""
+    if left.what == "task_dir":
+        gone_first = _runc_leftovers(parent_fd, left, mounts=mounts, runc_root=runc_root, cgroup_root=cgroup_root,
+                                     proc_root=proc_root, timeout=timeout)
+        if isinstance(gone_first, Outcome):
+            return gone_first
+        runc = gone_first
     lazy = False
     if own:
         if len(own) > 1 or own[0].mount_id != left.mount_id:
@@ -149,8 +165,181 @@ def _unmount_then_remove(parent_fd: int, left: RuntimeLeftover, *, unmount_timeo
                             timeout=timeout)
     if own and removed.ok:
         how = "lazily detached" if lazy else "unmounted"
-        return Outcome.done(f"{how} {point}; {removed.detail}", lazy=lazy)
+        return Outcome.done(f"{runc}{how} {point}; {removed.detail}", lazy=lazy)
+    if runc and removed.ok:
+        return Outcome.done(f"{runc}{removed.detail}")
     return removed
+
+
+# --- what runc keeps of a container outside its bundle ---------------------------------------------------
+
+RUNC_ROOT = Path("/run/containerd/runc")
+"""The runc shim's state root (`<root>/<namespace>/<id>/state.json`), unless its `Root` option is set."""
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+_MAX_STATE = 4 << 20
+_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+
+
+def _read_at(dir_fd: int, name: str, limit: int) -> bytes | None:
+    """A regular file's bytes inside `dir_fd` (never a symlink, FIFO or device), at most `limit`."""
+    try:
+        fd = os.open(name, _FILE_FLAGS, dir_fd=dir_fd)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
+            return None
+        return os.read(fd, limit + 1)[:limit]
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _runc_leftovers(parent_fd: int, left: RuntimeLeftover, *, mounts: Sequence[Mount], runc_root: Path | None,
+                    cgroup_root: Path | None, proc_root: Path, timeout: float) -> str | Outcome:
+    """A shim that exits without containerd's cleanup (`runc delete`, a shim its daemon does not know) leaves
+    runc's state dir of each container and the container's cgroups. They go in the bundle's step, before the
+    bundle (whose config.json names the cgroups): a step cut short is met again with its bundle. What was
+    removed (a detail prefix), or why the step stops here (the bundle stays)."""
+    said = []
+    # The cgroups first: one that still holds a process (EBUSY) stops the step before runc's state goes.
+    if cgroup_root is not None:
+        raw = None
+        bundle = open_dir_below(parent_fd, left.id, path=left.path)
+        if isinstance(bundle, int):
+            try:
+                raw = _read_at(bundle, "config.json", 1 << 20)
+            finally:
+                os.close(bundle)
+        out = _remove_cgroups(left.id, _cgroups_path(raw), mounts=mounts, cgroup_root=cgroup_root)
+        if isinstance(out, Outcome):
+            return out
+        said.append(out)
+    if runc_root is not None:
+        out = _remove_runc_state(left.id, runc_root, proc_root=proc_root, timeout=timeout)
+        if isinstance(out, Outcome):
+            return out
+        said.append(out)
+    return "".join(f"{s}; " for s in said if s)
+
+
+def _cgroups_path(raw: bytes | None) -> str | None:
+    if raw is None:
+        return None
+    try:
+        spec = json.loads(raw)
+    except ValueError:
+        return None
+    linux = spec.get("linux") if isinstance(spec, dict) else None
+    path = linux.get("cgroupsPath") if isinstance(linux, dict) else None
+    return path if isinstance(path, str) else None
+
+
+def _remove_runc_state(cid: str, runc_root: Path, *, proc_root: Path, timeout: float) -> str | Outcome:
+    """`<runc root>/k8s.io/<id>`: kept while the init process its state.json names (pid and start time) runs."""
+    root = os.path.realpath(os.fsdecode(runc_root))
+    path = os.path.join(root, CRI_NAMESPACE, cid)
+    try:
+        root_fd = os.open(root, _DIR_FLAGS)
+    except FileNotFoundError:
+        return ""
+    except OSError as e:
+        return Outcome.failed(f"cannot open {root}: {e.strerror}")
+    try:
+        ns_fd = open_dir_below(root_fd, CRI_NAMESPACE, path=os.path.dirname(path))
+        if isinstance(ns_fd, Outcome):
+            return "" if ns_fd.already_gone else ns_fd
+        try:
+            state_fd = open_dir_below(ns_fd, cid, path=path)
+            if isinstance(state_fd, Outcome):
+                return "" if state_fd.already_gone else state_fd
+            try:
+                inode = os.fstat(state_fd).st_ino
+                raw = _read_at(state_fd, "state.json", _MAX_STATE)
+            finally:
+                os.close(state_fd)
+            busy = _runc_init_alive(raw, cid, proc_root)
+            if busy is not None:
+                return Outcome.failed(f"not touched: {path}: {busy}")
+            removed = remove_dir_at(ns_fd, cid, inode=inode, path=path, proc_root=proc_root, timeout=timeout)
+            if not removed.ok:
+                return removed
+            return "" if removed.already_gone else f"removed runc's state {path}"
+        finally:
+            os.close(ns_fd)
+    finally:
+        os.close(root_fd)
+
+
+def _runc_init_alive(raw: bytes | None, cid: str, proc_root: Path) -> str | None:
+    """Why runc's state may still be a running container's; None: it is not (no state.json is none)."""
+    if raw is None:
+        return None
+    try:
+        state = json.loads(raw)
+    except ValueError:
+        return "its state.json cannot be read"
+    if not isinstance(state, dict) or state.get("id") != cid:
+        return "its state.json names another container"
+    pid, start = state.get("init_process_pid"), state.get("init_process_start")
+    if not isinstance(pid, int) or pid <= 0:
+        return None
+    ticks = start_ticks(proc_root, pid)
+    if ticks is None:
+        return None  # no such process
+    if not isinstance(start, int) or ticks == start:
+        return f"its init process (pid {pid}) runs"
+    return None  # the pid is another process's now
+
+
+def _remove_cgroups(cid: str, cgroups_path: str | None, *, mounts: Sequence[Mount],
+                    cgroup_root: Path) -> str | Outcome:
+    """The container's own cgroup in each hierarchy mounted below `cgroup_root`: `<hierarchy><cgroupsPath>`
+    (the cgroupfs driver's path; the systemd driver's `slice:prefix:name` scopes are systemd's to remove),
+    whose last component is the container id, removed with rmdir: the kernel refuses a cgroup that holds a
+    process or a child cgroup (EBUSY), so a cgroup in use is never removed. Parents (the pod's cgroup, the
+    kubelet's) are not touched. Components are opened with O_NOFOLLOW from the hierarchy's mount point."""
+    if not cgroups_path or ":" in cgroups_path:
+        return ""
+    parts = [p for p in cgroups_path.split("/") if p]
+    if not parts or parts[-1] != cid or any(p in (".", "..") for p in parts):
+        return Outcome.failed(f"not touched: the bundle's cgroupsPath {cgroups_path!r} is not its container's")
+    base = os.path.realpath(os.fsdecode(cgroup_root))
+    points = sorted({m.mount_point for m in mounts if m.fs_type in ("cgroup", "cgroup2") and m.root == "/"
+                     and (m.mount_point == base or m.mount_point.startswith(base + "/"))})
+    removed, busy = 0, []
+    for point in points:
+        try:
+            fd = os.open(point, _DIR_FLAGS)
+        except OSError:
+            continue
+        try:
+            for i, name in enumerate(parts[:-1]):
+                next_fd = open_dir_below(fd, name, path=os.path.join(point, *parts[:i + 1]))
+                os.close(fd)
+                fd = -1
+                if isinstance(next_fd, Outcome):
+                    break
+                fd = next_fd
+            if fd < 0:
+                continue
+            try:
+                os.rmdir(cid, dir_fd=fd)
+                removed += 1
+            except FileNotFoundError:
+                pass
+            except OSError as e:
+                if e.errno in (errno.ELOOP, errno.ENOTDIR):
+                    continue
+                busy.append(f"{os.path.join(point, *parts)}: {e.strerror}")
+        finally:
+            if fd >= 0:
+                os.close(fd)
+    if busy:
+        return Outcome.failed(f"not touched further: the container's cgroup is in use or cannot go: {busy[:3]}")
+    return f"removed its empty cgroup in {removed} hierarchies" if removed else ""
 
 
 def _identity_doubt(left: RuntimeLeftover, proc_root: Path) -> str | None:
@@ -228,10 +417,29 @@ def _container_of(proc_root: Path, pid: int) -> str | None:
     return found.pop() if len(found) == 1 else None
 
 
-def _pin_children(shim_pid: int, proc_root: Path) -> tuple[list[tuple[int, int, str]], str | None]:
+def _command(proc_root: Path, pid: int) -> str:
+    try:
+        with open(proc_root / str(pid) / "cmdline", "rb") as f:
+            argv0 = f.read(4096).split(b"\0", 1)[0]
+    except OSError:
+        return "?"
+    return os.path.basename(argv0).decode("utf-8", "replace") or "?"
+
+
+class _RuncCall(Exception):
+    """A child of the shim that is a `runc` call in flight (create, start, kill, delete of its containers)."""
+
+    def __init__(self, pid: int, pidfd: int) -> None:
+        super().__init__(pid)
+        self.pid, self.pidfd = pid, pidfd
+
+
+def _pin_children(shim_pid: int, proc_root: Path, *, runc_wait: bool = False) -> tuple[
+        list[tuple[int, int, str]], str | None]:
     """The shim's children, each pinned with a pidfd and then seen again as a child of the (pinned) shim
     in a container's cgroup: (pid, pidfd, container id). The runc shim is the parent of its containers'
-    init processes (and subreaper of what they leave). A child in no container's cgroup is a doubt."""
+    init processes (and subreaper of what they leave). A child in no container's cgroup is a doubt; with
+    `runc_wait`, one whose command is `runc` raises _RuncCall (holding its pidfd) so it can be waited for."""
     pinned: list[tuple[int, int, str]] = []
     try:
         pids = [int(e.name) for e in os.scandir(proc_root) if e.name.isdigit()]
@@ -250,10 +458,15 @@ def _pin_children(shim_pid: int, proc_root: Path) -> tuple[list[tuple[int, int, 
         # Read after the pidfd is open: a child of the pinned shim now is the process the pidfd holds.
         cid = _container_of(proc_root, pid) if _ppid(proc_root, pid) == shim_pid else None
         if cid is None:
-            os.close(fd)
             if _ppid(proc_root, pid) == shim_pid:
                 _close_all(pinned)
-                return [], f"pid {pid}, a child of the shim, is in no container's cgroup"
+                command = _command(proc_root, pid)
+                if runc_wait and command == "runc":
+                    raise _RuncCall(pid, fd)
+                os.close(fd)
+                what = "runc, a call still in flight" if command == "runc" else command
+                return [], f"pid {pid} ({what}), a child of the shim, is in no container's cgroup"
+            os.close(fd)
             continue
         pinned.append((pid, fd, cid))
     return pinned, None
@@ -312,7 +525,16 @@ def stop_shim(left: RuntimeLeftover, *, endpoint: str | None, timeout: float, pr
         doubt = _identity_doubt(left, proc_root) or _socket_doubt(left, endpoint, proc_root)
         if doubt is not None:
             return Outcome.changed(doubt)
-        pinned, doubt = _pin_children(left.pid, proc_root)
+        try:
+            pinned, doubt = _pin_children(left.pid, proc_root, runc_wait=True)
+        except _RuncCall as call:
+            # The shim is working on its containers (a `runc` it ran): never signalled mid-call; given a
+            # bounded wait to end, then its children are read again (still one: the step fails, retried).
+            try:
+                _wait_exit(call.pidfd, _RUNC_WAIT)
+            finally:
+                os.close(call.pidfd)
+            pinned, doubt = _pin_children(left.pid, proc_root)
         if doubt is not None:
             return Outcome.failed(f"not signalled: {doubt}")
         try:

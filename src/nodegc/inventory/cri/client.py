@@ -17,13 +17,13 @@ it was opened through (a runtime restarted on the path, while the old process st
 Between calls nobody reads the connection: before a call sends anything, what the runtime sent meanwhile
 (PINGs, SETTINGS, GOAWAY, EOF) is processed, and a connection found closed is replaced. When the runtime
 closes it after that check but before the kernel took any byte of the request (the first send fails with
-EPIPE), the request is sent once more on a new connection: the runtime cannot have seen it. Once a byte
-went out, a closed connection fails the call (UNAVAILABLE), never sends the request again, with one
-exception, GOAWAY (h2 reads nothing on a connection after it): a call whose stream is above the GOAWAY's
-last stream id (the runtime did not process it, RFC 9113 6.8), or at or below it when the call is a read or
-the CRI's idempotent stop or remove, is sent once more on a new connection within the same deadline; a
-second GOAWAY, or one that may have acted on any other call, fails it (UNAVAILABLE). A reply that ends or
-carries a message while part of the request is still held back by the runtime's flow-control window is
+EPIPE), the request is sent once more on a new connection: the runtime cannot have seen it. Once a byte went
+out, a closed connection fails the call (UNAVAILABLE), never sends the request again, with one exception,
+GOAWAY (h2 reads nothing on a connection after it): a call whose stream is above the GOAWAY's last stream id
+(the runtime did not process it, RFC 9113 6.8; unless it had begun to answer it), or at or below it when the
+call is a read or the CRI's idempotent stop or remove, is sent once more on a new connection within the same
+deadline; a second GOAWAY, or one that may have acted on any other call, fails it (UNAVAILABLE). A reply that
+ends or carries a message while part of the request is still held back by the runtime's flow-control window is
 no answer to that request: the call fails (INTERNAL) and the connection is dropped.
 
 h2 is imported when the first client is made, not with this module: the endpoint helpers and the error
@@ -139,7 +139,8 @@ def _decode_message(raw: bytes) -> str:
 
 class _GoAway(_Failure):
     """The runtime sent GOAWAY before the reply ended; `processed`: its last stream id is at or above the
-    call's, so it may have acted on the request (RFC 9113 6.8: a stream above it was not processed)."""
+    call's, so it may have acted on the request (RFC 9113 6.8: a stream above it was not processed), or it
+    had already begun to answer the call (headers or message bytes), which it cannot have done unprocessed."""
 
     def __init__(self, text: str, *, processed: bool) -> None:
         super().__init__("UNAVAILABLE", text)
@@ -499,8 +500,11 @@ class RuntimeClient:
                 if not reply.ended:
                     last = event.last_stream_id
                     why = f"GOAWAY, error {_error_name(event.error_code)}, last stream {last}"
+                    # A stream the runtime began to answer was processed, whatever last stream its GOAWAY
+                    # names (a runtime or proxy that contradicts itself is not trusted to send a create twice).
+                    began = reply.headers is not None or bool(reply.body)
                     raise _GoAway(f"the runtime closed the connection ({why}) before the reply of stream {sid}",
-                                  processed=last is None or last >= sid)
+                                  processed=last is None or last >= sid or began)
             elif isinstance(event, ev.PushedStreamReceived):
                 raise _Failure("INTERNAL", "the runtime pushed a stream (push is disabled)")
         self._flush(sock, conn, deadline)

@@ -157,7 +157,7 @@ def _task(path: str, proc_root: Path) -> tuple[str | None, str | None]:
     if raw is not None:
         try:
             spec = json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):  # nested too deeply: unreadable, as a malformed file is
             spec = None
         if isinstance(spec, dict):
             annotations = spec.get("annotations")

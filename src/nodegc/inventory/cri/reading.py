@@ -42,7 +42,7 @@ def _verbose_info(info: Any) -> dict[str, Any]:
             continue
         try:
             parsed = json.loads(value)
-        except ValueError:
+        except (ValueError, RecursionError):  # nested too deeply: unreadable too
             continue
         if key == "info" and isinstance(parsed, dict):
             out.update(parsed)
