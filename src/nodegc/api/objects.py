@@ -99,7 +99,7 @@ def pod_from_object(obj: Mapping[str, Any]) -> Pod:
     if isinstance(static_uid, str):
         static_uid = _text(static_uid, f"pod {label}: the config hash annotation")
     return Pod(
-        uid=uid,
+        uid=_shared(uid) or uid,
         namespace=_shared(namespace) or namespace,
         name=name,
         node_name=_shared(_opt_str(spec, "spec.nodeName")),
@@ -112,8 +112,9 @@ def pod_from_object(obj: Mapping[str, Any]) -> Pod:
 
 
 def _shared(value: str | None) -> str | None:
-    """One string object for a value most pods repeat (their namespace, their node, their phase): a pod's own
-    copy would be kept as long as the pod is, a thousand times over on a full node. Equal either way."""
+    """One string object for a value that thousands of kept objects repeat (a pod's namespace, node and phase;
+    an endpoint's kind, namespace and node) or that the node's scan names too (a pod's UID: its directory's
+    name), kept as long as the object is; None for an empty or absent one. Equal either way."""
     if not value:
         return None
     return sys.intern(value) if type(value) is str else value
@@ -289,12 +290,6 @@ def _endpoint(raw: object, label: str) -> Endpoint:
         )
     return Endpoint(addresses=tuple(addresses), target_ref=ref,
                     node_name=_shared(_slice_str(raw, "nodeName", label)))
-
-
-def _shared(value: str | None) -> str | None:
-    """One string object for each of the values thousands of endpoints repeat (kind, namespace, node), as
-    the controller's cache holds every endpoint of the cluster; None for an empty or absent one."""
-    return sys.intern(value) if value else None
 
 
 def _slice_section(obj: Mapping[str, Any], key: str, what: str) -> Mapping[str, Any]:
