@@ -33,7 +33,10 @@ With --runtime-sandboxes N, a real containerd (nodegc.sandbox.containerd) runs o
 sandboxes made through CRI (RunPodSandbox, then StopPodSandbox for all but --runtime-ready of them, so
 they cost no processes: a NotReady item of ListPodSandbox is as big as a READY one), and each size also
 reports the scan with the runtime read: the first scan (one verbose PodSandboxStatus per sandbox) and
-the steady state (Version, ListPodSandbox, ListContainers), against the same scan without the runtime.
+the steady state (Version, ListPodSandbox, ListContainers), against the same scan without the runtime
+(each keeping its own remembered correlations, as an agent process does: `correlations_taken_again_with_runtime`)
+and the scan with the runtime whose correlations are made anew every time
+(`scan_seconds_with_runtime_correlated_anew`).
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from nodegc.desired.snapshot import SnapshotSource
+from nodegc.engine import detecting
 from nodegc.engine.detecting import REMEMBERED, detect, forget_correlations, netns_to_read
 from nodegc.hostio.iptables_backend import commands as iptables_commands
 from nodegc.hostio.mountinfo import read_mounts
@@ -73,6 +77,7 @@ from nodegc.model.pods import DesiredState
 from nodegc.observe.logs import configure_logging
 from nodegc.planning.correlate import CorrelationPolicy, correlate, correlation
 from nodegc.planning.phases import PhasePolicy
+from nodegc.planning.remembered import Correlations
 from nodegc.sandbox.containerd import SandboxContainerd, new_spec
 from nodegc.sandbox.node import SandboxNode, SandboxPod
 from nodegc.settings import ScanOptions
@@ -215,26 +220,39 @@ def start_runtime(node: SandboxNode, sandboxes: int, ready: int) -> SandboxConta
 
 
 def measure_runtime(node: SandboxNode, desired: DesiredState, repeat: int, endpoint: str) -> dict[str, object]:
-    """Scans with and without the runtime, interleaved so both see the same machine load."""
+    """Scans with and without the runtime, interleaved so both see the same machine load. Each way keeps
+    its own remembered correlations, as an agent process does (one configuration); `anew` is the scan with
+    the runtime whose correlations are forgotten before each scan (made anew, the readers' memos kept)."""
     policy = CorrelationPolicy(min_age_seconds=0)
     without_rt, with_rt = AGENT_SCAN, dataclasses.replace(AGENT_SCAN, runtime_endpoint=endpoint)
+    memos = {"without": Correlations(), "with": Correlations(), "anew": Correlations()}
 
-    def scan(options: ScanOptions) -> None:
+    def scan(options: ScanOptions, memo: str) -> None:
+        detecting.REMEMBERED = memos[memo]
+        if memo == "anew":
+            memos[memo].forget()
         detect(scan_node(node.roots, options), desired, now=datetime.now(UTC), policy=policy)
 
-    forget_readers()
-    start = time.perf_counter()
-    scan(with_rt)  # cold: one verbose PodSandboxStatus per sandbox
-    first_s = time.perf_counter() - start
-    without: list[float] = []
-    with_: list[float] = []
-    for i in range(2 * max(repeat, 5)):
-        # Alternating which goes first: the second of a pair finds the caches the first one warmed.
-        pair = [(without, without_rt), (with_, with_rt)]
-        for samples, options in pair if i % 2 == 0 else reversed(pair):
-            start = time.perf_counter()
-            scan(options)
-            samples.append(time.perf_counter() - start)
+    kept = detecting.REMEMBERED
+    try:
+        forget_readers()
+        start = time.perf_counter()
+        scan(with_rt, "with")  # cold: one verbose PodSandboxStatus per sandbox
+        first_s = time.perf_counter() - start
+        scan(with_rt, "anew")
+        samples: dict[str, list[float]] = {"without": [], "with": [], "anew": []}
+        taken = memos["with"].taken_again
+        for i in range(2 * max(repeat, 5)):
+            # Rotating which goes first: a later one of a round finds the caches an earlier one warmed.
+            order = [("without", without_rt), ("with", with_rt), ("anew", with_rt)]
+            for memo, options in order[i % 3:] + order[:i % 3]:
+                start = time.perf_counter()
+                scan(options, memo)
+                samples[memo].append(time.perf_counter() - start)
+        taken = memos["with"].taken_again - taken
+    finally:
+        detecting.REMEMBERED = kept
+    without, with_ = samples["without"], samples["with"]
     reader = runtime_reader(with_rt)
     assert reader is not None
     read_s = timed(reader.read, repeat)
@@ -248,6 +266,8 @@ def measure_runtime(node: SandboxNode, desired: DesiredState, repeat: int, endpo
         "first_scan_seconds": round(first_s, 4),
         "scan_seconds_without_runtime": round(without_s, 4),
         "scan_seconds_with_runtime": round(with_s, 4),
+        "correlations_taken_again_with_runtime": f"{taken} in {len(with_)} scans",
+        "scan_seconds_with_runtime_correlated_anew": round(statistics.median(samples["anew"]), 4),
         "cri_read_seconds": round(read_s, 4),
         "overhead": round(with_s / without_s - 1, 3),
     }

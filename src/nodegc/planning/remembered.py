@@ -22,12 +22,17 @@ from datetime import datetime
 from nodegc.model.findings import Finding
 from nodegc.model.pods import DesiredState
 from nodegc.model.resources import Inventory
+from nodegc.model.runtime import RuntimeView
 from nodegc.planning.context import Clock, CorrelationPolicy, Earlier, same_policy
 from nodegc.planning.correlate import Correlation, correlation
 
-_COMPARED = tuple(f.name for f in fields(Inventory) if f.name != "taken_at")
+_COMPARED = tuple(f.name for f in fields(Inventory) if f.name not in ("taken_at", "runtime"))
 """What a correlation reads of an inventory: all of it but the time it was taken (never read: the
-correlation's time is its `now`)."""
+correlation's time is its `now`) and the runtime's view (compared apart: `_VIEW`)."""
+_VIEW = tuple(f.name for f in fields(RuntimeView) if f.name != "read_at")
+"""What it reads of the runtime's view besides the time it was read (read through the clock only, as
+`Clock.read`: a sandbox born after it is not in the view, and a time that changes such an answer is no
+time that answers alike)."""
 _DESIRED = tuple(f.name for f in fields(DesiredState) if f.name != "fetched_at")
 """What it reads of a desired state besides its time (read through the clock, as the photo's time)."""
 
@@ -93,5 +98,18 @@ def _same(kept: _Kept, inventory: Inventory, desired: DesiredState, now: datetim
     question its verdicts asked of the time alike."""
     return (same_policy(policy, kept.policy)
             and all(getattr(desired, n) == getattr(kept.desired, n) for n in _DESIRED)
-            and kept.clock.answers_alike(now.timestamp(), desired.fetched_at.timestamp())
+            and kept.clock.answers_alike(now.timestamp(), desired.fetched_at.timestamp(), _read_at(inventory.runtime))
+            and _same_view(inventory.runtime, kept.inventory.runtime)
             and all(getattr(inventory, n) == getattr(kept.inventory, n) for n in _COMPARED))
+
+
+def _read_at(view: RuntimeView | None) -> float | None:
+    return view.read_at.timestamp() if view is not None and view.read_at is not None else None
+
+
+def _same_view(view: RuntimeView | None, kept: RuntimeView | None) -> bool:
+    """The same sandboxes, containers, leftovers and identity of the runtime (its reading's time aside),
+    each compared by value: the sandbox id and its creation time are a sandbox's identity."""
+    if view is None or kept is None:
+        return view is kept
+    return view is kept or all(getattr(view, n) == getattr(kept, n) for n in _VIEW)
