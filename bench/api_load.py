@@ -11,7 +11,9 @@ Both approaches run at the same time, each against its own HTTP-level fake API s
   timeout 150 s) and an API server that sends a bookmark every 60 s (as kube-apiserver does); a cycle
   every `--interval` reads the view (no request), and a cycle that follows a change on the node (its
   residue is something to act on) takes the proof the engine takes before marking or terminating
-  (`proven()`, max age 120 s: a node Lease GET unless a younger proof or a pending Lease stands).
+  (`proven()`, max age 120 s: a node Lease GET unless a younger proof or a pending Lease stands), after
+  asking for a list when its view would be older than that at the next cycle (`refresh()`, as the engine
+  does; `refreshed` counts them).
 - reflector_residue_every_cycle: the same, with something to act on at every cycle (a node whose residue
   stays): the upper bound of the proof's Lease GETs.
 Live GETs of the terminate phase are the same for all and are not counted.
@@ -47,6 +49,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -128,11 +131,15 @@ def agent_cycles(ref: PodReflector, changed: threading.Event | None, *, interval
     """The engine's reads of the watch: the view every cycle; its proof in a cycle with something to act
     on (one following a change, or every cycle when `changed` is None)."""
     while not stop.wait(interval):
-        ref.fetch()
+        view = ref.fetch()
         if changed is not None and not changed.is_set():
             continue
         if changed is not None:
             changed.clear()
+        # As the engine does (`Engine._refresh_ahead`): a view too old for the next cycle asks for a list.
+        if (datetime.now(UTC) - view.fetched_at).total_seconds() + interval > max_age:
+            ref.refresh("bench: the view would be too old at the next cycle")
+            outcomes["refreshed"] += 1
         try:
             ref.proven(max_age_seconds=max_age)
             outcomes["proven"] += 1
@@ -429,8 +436,9 @@ def run_agents(args: argparse.Namespace) -> dict[str, Any]:  # noqa: PLR0915 - o
 
     def proofs(counters: list[Counter[str]], outcome: Counter[str]) -> dict[str, float]:
         total = sum(counters, Counter())
-        return {"cycles_with_something_to_act_on": round(sum(outcome.values()) * byte_scale, 1),
+        return {"cycles_with_something_to_act_on": round((outcome["proven"] + outcome["refused"]) * byte_scale, 1),
                 "refused": round(outcome["refused"] * byte_scale, 1),
+                "refreshed": round(outcome["refreshed"] * byte_scale, 1),
                 "lease_gets": round(total["proof_witness_reads"] * byte_scale, 1)}
 
     report = {

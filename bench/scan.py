@@ -14,7 +14,10 @@ process's start-up objects are frozen out of the cyclic collector (`gc.freeze`) 
   `scan_seconds_without_pod_dir_watch` is the steady scan without the watch (as `nodegc scan` would
   scan again and again); `scan_seconds_desired_changed` is the steady scan with one more pod (a new
   UID, nothing of it on the node) in the desired state each time, so no correlation is taken again: what
-  a node whose pods change every cycle pays;
+  a node whose pods change every cycle pays (a correlation made anew takes from the scan before the
+  verdicts whose inputs are the same: `desired_changed_verdicts_taken_from_earlier` counts them), and
+  `scan_seconds_desired_changed_without_earlier` the same scan taking nothing from the scan before
+  (`Correlations.from_earlier` off), interleaved with it;
 - `bare_reads_seconds`: in the same run, the reads a scan cannot avoid (mountinfo, the directory
   listings, one netlink link dump, one iptables-save), and `scan_over_bare`, the ratio of the two;
   `bare_reads_with_files_seconds` adds what a scan must read beyond listing (every reservation and
@@ -33,7 +36,10 @@ With --runtime-sandboxes N, a real containerd (nodegc.sandbox.containerd) runs o
 sandboxes made through CRI (RunPodSandbox, then StopPodSandbox for all but --runtime-ready of them, so
 they cost no processes: a NotReady item of ListPodSandbox is as big as a READY one), and each size also
 reports the scan with the runtime read: the first scan (one verbose PodSandboxStatus per sandbox) and
-the steady state (Version, ListPodSandbox, ListContainers), against the same scan without the runtime.
+the steady state (Version, ListPodSandbox, ListContainers), against the same scan without the runtime
+(each keeping its own remembered correlations, as an agent process does: `correlations_taken_again_with_runtime`)
+and the scan with the runtime whose correlations are made anew every time
+(`scan_seconds_with_runtime_correlated_anew`).
 """
 
 from __future__ import annotations
@@ -56,6 +62,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from nodegc.desired.snapshot import SnapshotSource
+from nodegc.engine import detecting
 from nodegc.engine.detecting import REMEMBERED, detect, forget_correlations, netns_to_read
 from nodegc.hostio.iptables_backend import commands as iptables_commands
 from nodegc.hostio.mountinfo import read_mounts
@@ -73,6 +80,7 @@ from nodegc.model.pods import DesiredState
 from nodegc.observe.logs import configure_logging
 from nodegc.planning.correlate import CorrelationPolicy, correlate, correlation
 from nodegc.planning.phases import PhasePolicy
+from nodegc.planning.remembered import Correlations
 from nodegc.sandbox.containerd import SandboxContainerd, new_spec
 from nodegc.sandbox.node import SandboxNode, SandboxPod
 from nodegc.settings import ScanOptions
@@ -97,6 +105,20 @@ def timed(fn: Callable[[], object], repeat: int) -> float:
         fn()
         samples.append(time.perf_counter() - start)
     return statistics.median(samples)
+
+
+def interleaved(scan: Callable[[bool], None], repeat: int) -> tuple[float, float]:
+    """The median of `scan(True)` and of `scan(False)`, interleaved (each pair in the other order, so both
+    see the same machine load), each after an untimed one of its own kind (the scan before it)."""
+    samples: dict[bool, list[float]] = {True: [], False: []}
+    for i in range(repeat):
+        for flag in (True, False) if i % 2 == 1 else (False, True):
+            scan(flag)
+            start = time.perf_counter()
+            scan(flag)
+            samples[flag].append(time.perf_counter() - start)
+    REMEMBERED.from_earlier = True
+    return statistics.median(samples[True]), statistics.median(samples[False])
 
 
 def _read_tree(path: Path, depth: int) -> None:
@@ -215,26 +237,39 @@ def start_runtime(node: SandboxNode, sandboxes: int, ready: int) -> SandboxConta
 
 
 def measure_runtime(node: SandboxNode, desired: DesiredState, repeat: int, endpoint: str) -> dict[str, object]:
-    """Scans with and without the runtime, interleaved so both see the same machine load."""
+    """Scans with and without the runtime, interleaved so both see the same machine load. Each way keeps
+    its own remembered correlations, as an agent process does (one configuration); `anew` is the scan with
+    the runtime whose correlations are forgotten before each scan (made anew, the readers' memos kept)."""
     policy = CorrelationPolicy(min_age_seconds=0)
     without_rt, with_rt = AGENT_SCAN, dataclasses.replace(AGENT_SCAN, runtime_endpoint=endpoint)
+    memos = {"without": Correlations(), "with": Correlations(), "anew": Correlations()}
 
-    def scan(options: ScanOptions) -> None:
+    def scan(options: ScanOptions, memo: str) -> None:
+        detecting.REMEMBERED = memos[memo]
+        if memo == "anew":
+            memos[memo].forget()
         detect(scan_node(node.roots, options), desired, now=datetime.now(UTC), policy=policy)
 
-    forget_readers()
-    start = time.perf_counter()
-    scan(with_rt)  # cold: one verbose PodSandboxStatus per sandbox
-    first_s = time.perf_counter() - start
-    without: list[float] = []
-    with_: list[float] = []
-    for i in range(2 * max(repeat, 5)):
-        # Alternating which goes first: the second of a pair finds the caches the first one warmed.
-        pair = [(without, without_rt), (with_, with_rt)]
-        for samples, options in pair if i % 2 == 0 else reversed(pair):
-            start = time.perf_counter()
-            scan(options)
-            samples.append(time.perf_counter() - start)
+    kept = detecting.REMEMBERED
+    try:
+        forget_readers()
+        start = time.perf_counter()
+        scan(with_rt, "with")  # cold: one verbose PodSandboxStatus per sandbox
+        first_s = time.perf_counter() - start
+        scan(with_rt, "anew")
+        samples: dict[str, list[float]] = {"without": [], "with": [], "anew": []}
+        taken = memos["with"].taken_again
+        for i in range(2 * max(repeat, 5)):
+            # Rotating which goes first: a later one of a round finds the caches an earlier one warmed.
+            order = [("without", without_rt), ("with", with_rt), ("anew", with_rt)]
+            for memo, options in order[i % 3:] + order[:i % 3]:
+                start = time.perf_counter()
+                scan(options, memo)
+                samples[memo].append(time.perf_counter() - start)
+        taken = memos["with"].taken_again - taken
+    finally:
+        detecting.REMEMBERED = kept
+    without, with_ = samples["without"], samples["with"]
     reader = runtime_reader(with_rt)
     assert reader is not None
     read_s = timed(reader.read, repeat)
@@ -248,6 +283,8 @@ def measure_runtime(node: SandboxNode, desired: DesiredState, repeat: int, endpo
         "first_scan_seconds": round(first_s, 4),
         "scan_seconds_without_runtime": round(without_s, 4),
         "scan_seconds_with_runtime": round(with_s, 4),
+        "correlations_taken_again_with_runtime": f"{taken} in {len(with_)} scans",
+        "scan_seconds_with_runtime_correlated_anew": round(statistics.median(samples["anew"]), 4),
         "cri_read_seconds": round(read_s, 4),
         "overhead": round(with_s / without_s - 1, 3),
     }
@@ -267,11 +304,12 @@ def measure(pods: int, repeat: int, runtime_sandboxes: int = 0, runtime_ready: i
         def scan(options: ScanOptions = AGENT_SCAN) -> None:
             detect(scan_node(node.roots, options), desired, now=datetime.now(UTC), policy=policy)
 
-        def changed_scan() -> None:
+        def changed_scan(from_earlier: bool = True) -> None:
             extra = dataclasses.replace(desired.pods[0], uid=str(uuid.uuid4()),
                                         name=f"extra-{uuid.uuid4().hex[:8]}", static_uid=None)
             other = dataclasses.replace(desired, pods=(*desired.pods, extra))
             taken = REMEMBERED.taken_again
+            REMEMBERED.from_earlier = from_earlier  # back to True at the end of `interleaved`
             detect(scan_node(node.roots, AGENT_SCAN), other, now=datetime.now(UTC), policy=policy)
             assert REMEMBERED.taken_again == taken, "a correlation of another desired state was taken again"
 
@@ -291,7 +329,8 @@ def measure(pods: int, repeat: int, runtime_sandboxes: int = 0, runtime_ready: i
         scan_s = timed(scan, repeat)
         taken_again = REMEMBERED.taken_again - taken_before
         unwatched_s = timed(lambda: scan(unwatched), repeat)
-        changed_s = timed(changed_scan, repeat)
+        reused = REMEMBERED.reused
+        changed_s, without_earlier_s = interleaved(changed_scan, repeat)
         bare_s = timed(lambda: bare_reads(node), repeat)
         files_s = timed(lambda: bare_reads_with_files(node), repeat)
         inventory, findings = detect(scan_node(node.roots, AGENT_SCAN), desired, now=datetime.now(UTC), policy=policy)
@@ -311,6 +350,9 @@ def measure(pods: int, repeat: int, runtime_sandboxes: int = 0, runtime_ready: i
             "scan_over_bare": round(scan_s / bare_s, 2),
             "scan_seconds_desired_changed": round(changed_s, 4),
             "desired_changed_over_bare": round(changed_s / bare_s, 2),
+            "desired_changed_verdicts_taken_from_earlier": f"{REMEMBERED.reused - reused} in {2 * repeat} scans",
+            "scan_seconds_desired_changed_without_earlier": round(without_earlier_s, 4),
+            "desired_changed_without_earlier_over_bare": round(without_earlier_s / bare_s, 2),
             "cold_scan_seconds": round(cold_s, 4),
             "cold_scan_over_bare": round(cold_s / bare_s, 2),
             "scan_seconds_without_pod_dir_watch": round(unwatched_s, 4),

@@ -181,10 +181,29 @@ def test_the_clock_keeps_the_nearest_answer_of_each_question() -> None:
     assert Clock(now=1.0, photo=2.0).answers_alike(7.0, 8.0)  # asked nothing: any time answers alike
 
 
+def test_the_runtimes_horizon_counts_back_from_the_oldest_of_the_three_times() -> None:
+    """`viewed_after`: min(now, photo, read) less the offset; the view's read time answers alike only when
+    each answer stays, and an exact clock only at the very same three times."""
+    clock = Clock(now=1000.0, photo=900.0, read=800.0)  # threshold 790 for an offset of 10
+    assert clock.viewed_after(791.0, 10) and not clock.viewed_after(790.0, 10)
+    # yes for 791, no for 790: min(now, photo, read) in [800, 801)
+    assert [clock.answers_alike(1000.0, 900.0, r) for r in (800.0, 800.9, 801.0, 799.9)] == [True, True, False, False]
+    # without a view's date, no bound of its own
+    assert clock.answers_alike(800.5, 5000.0, None) and not clock.answers_alike(1000.0, 900.0, None)
+    assert clock.answers_alike(1000.0, 800.0, 5000.0) and not clock.answers_alike(799.9, 900.0, 800.0)
+    undated = Clock(now=1000.0, photo=900.0)
+    assert undated.viewed_after(891.0, 10) and not undated.viewed_after(890.0, 10)  # min(now, photo): [890, 891)
+    assert undated.answers_alike(1000.0, 900.0, 900.5) and not undated.answers_alike(1000.0, 900.0, 899.0)
+    assert not clock.copy().since(700.0, 10) and clock.copy().read == 800.0
+    exact = Clock(now=1000.0, photo=900.0, exact=True, read=800.0)
+    assert exact.answers_alike(1000.0, 900.0, 800.0)
+    assert not exact.answers_alike(1000.0, 900.0, 800.5) and not exact.answers_alike(1000.0, 900.0, None)
+
+
 def test_the_correlation_reads_the_time_only_through_its_clock() -> None:
-    """The desired state's and the inventory's own dates are not compared when a correlation is taken
-    again: the planner reads the first only as the clock's `photo` (Context.build), never the second, and
-    no clock of its own."""
+    """The desired state's, the runtime view's and the inventory's own dates are not compared when a
+    correlation is taken again: the planner reads the first only as the clock's `photo` and the second only
+    as its `read` (Context.build), never the third, and no clock of its own."""
     for path in sorted(PLANNING.glob("*.py")):
         text = path.read_text()
         assert not re.search(r"\.now\(|\btime\(|utcnow|today\(", text), path
@@ -195,7 +214,12 @@ def test_the_correlation_reads_the_time_only_through_its_clock() -> None:
             assert not re.search(r"clock\.(now|photo|exact|asked)\b", text), path
         expected = 1 if path.name == "context.py" else 0
         assert text.count("fetched_at") == expected, path
-    assert "Clock(now.timestamp(), desired.fetched_at.timestamp())" in (PLANNING / "context.py").read_text()
+        assert text.count(".read_at") == 2 * expected, path  # `_read_at`: `view.read_at` tested, then read
+        if path.name != "context.py":
+            assert not re.search(r"clock\.read\b", text), path
+    text = (PLANNING / "context.py").read_text()
+    assert "Clock(now.timestamp(), desired.fetched_at.timestamp(), read=_read_at(inv))" in text
+    assert text.count("_read_at(") == 2  # its definition and that one use
 
 
 def test_a_correlation_taken_again_keeps_the_new_equal_inputs() -> None:

@@ -76,7 +76,7 @@ log = get_logger("nodegc.reflector")
 T = TypeVar("T")
 
 COUNTERS = ("lists", "watches", "resyncs", "stale_lists", "relists_gone", "relists_stalled", "relists_error",
-            "proofs", "proof_witness_reads", "proofs_refused")
+            "relists_refresh", "proofs", "proof_witness_reads", "proofs_refused")
 """`proofs`: calls of `prove()`; `proof_witness_reads`: the witness GETs they made; `proofs_refused`: the
 calls that could not prove the view current."""
 EVENT_TYPES = ("ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR")
@@ -301,6 +301,22 @@ class Reflector(Generic[T]):
     def request_relist(self, reason: str) -> None:
         """The view was proven out of date (a live GET found what it lacks): list again, now."""
         log.warning("cache proven out of date; relisting", cache=self.what, reason=reason)
+        self._relist_wanted.set()
+        with self._lock:
+            response = self._response
+        if response is not None:
+            with contextlib.suppress(httpx2.HTTPError, OSError, RuntimeError):
+                response.close()
+
+    def refresh(self, reason: str) -> None:
+        """List again now, in the watch thread, as a resync does: a cycle with something to act on found the
+        view proven (or fresh) for less than one more cycle, or not at all. Every list is checked against the
+        witness read right before it, so it proves the view as of that read; nothing is weakened, and a list
+        that cannot be proven proves nothing. A refresh already wanted is not asked again."""
+        if self._relist_wanted.is_set():
+            return
+        log.info("refreshing the cache by a list", cache=self.what, reason=reason)
+        self._count("relists_refresh")
         self._relist_wanted.set()
         with self._lock:
             response = self._response

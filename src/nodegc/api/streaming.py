@@ -16,16 +16,21 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import mmap
 import re
 import time
+from collections.abc import Callable, Iterator
 from importlib import metadata
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx2
 import lightkube
 from lightkube.core.generic_client import BasicRequest
+from lightkube.types import PatchType
 
 from nodegc.api.errors import KubeError
+
+T = TypeVar("T")
 
 SUPPORTED = ((0, 15), (2, 0))
 """lightkube versions [low, high) whose internals the contract test checks."""
@@ -54,7 +59,8 @@ def check_lightkube(client: lightkube.Client) -> Any:
             f"{low[0]}.{low[1]} to before {high[0]}.{high[1]} (raw watch requests)"
         )
     generic = getattr(client, "_client", None)
-    missing = [name for name in ("prepare_request", "build_adapter_request", "send", "raise_for_status")
+    missing = [name for name in ("prepare_request", "build_adapter_request", "send", "raise_for_status",
+                                 "handle_response")
                if not callable(getattr(generic, name, None))]
     if "timeout" not in {f.name for f in dataclasses.fields(BasicRequest)}:
         missing.append("BasicRequest.timeout")
@@ -91,8 +97,59 @@ class WatchRequests:
 
 
 BODY_TIMEOUTS = 3
-"""A list page or GET must arrive whole within this many of its request's read timeouts (30 s by default):
-the timeout itself bounds each read of the socket only."""
+"""An answer (a list page, a GET, a write's answer, an error's Status) must arrive whole within this many of its
+request's read timeouts (30 s by default): the timeout itself bounds each read of the socket only."""
+
+
+class Body:
+    """A list page's body in an anonymous memory map of its own, unmapped at `close()` (the end of a `with`).
+
+    A page of 500 pods as a cluster sends them is several MB. Kept in the heap (a bytearray), such a buffer
+    grows past glibc's mmap threshold once, the threshold rises to its size at its free, and every later
+    page then comes from the heap: freed, it stays resident (unless the threshold is fixed, as the agent
+    fixes it: `hostio.libc.tune_malloc`; the controller and the CLI leave it adaptive). A map of its own is
+    given back whole whatever the allocator does. It grows by doubling (mremap: a private map; a shared
+    anonymous one would fault past its first size); pages never written are never resident."""
+
+    INITIAL = 1 << 20
+
+    def __init__(self) -> None:
+        self._map = mmap.mmap(-1, self.INITIAL, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        self._size = 0
+        self._views: list[memoryview] = []
+
+    def extend(self, chunk: bytes) -> None:
+        end = self._size + len(chunk)
+        if end > len(self._map):
+            self._map.resize(max(end, 2 * len(self._map)))
+        self._map[self._size:end] = chunk
+        self._size = end
+
+    def __len__(self) -> int:
+        return self._size
+
+    def __bytes__(self) -> bytes:
+        return self._map[:self._size]
+
+    def view(self) -> memoryview:
+        """The body, without a copy; valid until `close()` (decode it, keep no reference into it)."""
+        whole = memoryview(self._map)
+        self._views.append(whole)
+        part = whole[:self._size]
+        self._views.append(part)
+        return part
+
+    def close(self) -> None:
+        for view in reversed(self._views):
+            view.release()
+        self._views.clear()
+        self._map.close()
+
+    def __enter__(self) -> Body:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 class RawReads:
@@ -102,40 +159,106 @@ class RawReads:
     def __init__(self, client: lightkube.Client) -> None:
         self._generic = check_lightkube(client)
 
-    def list_page(self, resource: type[Any], *, namespace: str | None, params: dict[str, Any]) -> bytearray:
-        """One page of a list (`params`: limit, continue, fieldSelector...). Failures raise as lightkube's
-        `list()` raises them (ApiError, httpx2 errors)."""
+    def list_page(self, resource: type[Any], *, namespace: str | None, params: dict[str, Any]) -> Body:
+        """One page of a list (`params`: limit, continue, fieldSelector...), in a `Body` the caller closes.
+        Failures raise as lightkube's `list()` raises them (ApiError, httpx2 errors)."""
         basic: BasicRequest = self._generic.prepare_request(
             "list", res=resource, namespace=namespace, params={k: v for k, v in params.items() if v is not None})
-        return self._body(basic)
+        body = Body()
+        try:
+            self._read(basic, body.extend)
+        except BaseException:
+            body.close()
+            raise
+        return body
 
     def get(self, resource: type[Any], *, namespace: str | None, name: str) -> bytearray:
         """One object; failures (a 404 included) raise as lightkube's `get()` raises them."""
         basic: BasicRequest = self._generic.prepare_request("get", res=resource, name=name, namespace=namespace)
-        return self._body(basic)
+        body = bytearray()
+        self._read(basic, body.extend)
+        return body
 
-    def _body(self, basic: BasicRequest) -> bytearray:
-        """The body, read into one buffer as it arrives: httpx2's `read()` joins a list of its chunks, so a
-        page of a list would be held twice at its end.
+    def _read(self, basic: BasicRequest, into: Callable[[bytes], object]) -> None:
+        """The body, handed to `into` as it arrives (one buffer: httpx2's `read()` joins a list of its chunks,
+        so a page of a list would be held twice at its end).
 
         The request's timeouts bound each read of the socket, not the body: a server or proxy that sends it a
         little at a time, each read within the timeout, would hold the caller for as long as it cared to. The
-        whole body must arrive within BODY_TIMEOUTS read timeouts (ReadTimeout otherwise)."""
+        whole body must arrive within BODY_TIMEOUTS read timeouts (ReadTimeout otherwise), an error's too."""
         request = self._generic.build_adapter_request(basic)
-        read_timeout: float | None = (request.extensions.get("timeout") or {}).get("read")
-        budget = BODY_TIMEOUTS * read_timeout if read_timeout else None
-        deadline = time.monotonic() + budget if budget is not None else None
+        deadline = _Deadline(request)
         response: httpx2.Response = self._generic.send(request, stream=True)
         try:
             if not response.is_success:
-                response.read()  # the error carries the Status the server sent
-                self._generic.raise_for_status(response)
-            body = bytearray()
-            for chunk in response.iter_bytes():
-                body += chunk
-                if deadline is not None and time.monotonic() > deadline:
-                    raise httpx2.ReadTimeout(f"the answer did not arrive whole within {BODY_TIMEOUTS} read "
-                                             f"timeouts ({budget:g}s)", request=request)
-            return body
+                # The error carries the Status the server sent: read as bounded as any answer.
+                self._generic.raise_for_status(_whole(response, request, deadline))
+            deadline.pour(response.iter_bytes(), request, into)
         finally:
             response.close()
+
+
+class Requests:
+    """lightkube's `get`, `create` and `patch` (its URLs, query, field manager, auth, typed decoding and
+    ApiError), with the answer read whole within BODY_TIMEOUTS read timeouts as `RawReads` reads: lightkube
+    reads it with each read of the socket bounded, not the answer, so a server or proxy trickling an Event's,
+    a Lease's or an EndpointSlice patch's answer held the cycle, the controller's sweep or its Lease renewal."""
+
+    def __init__(self, client: lightkube.Client) -> None:
+        self._generic = check_lightkube(client)
+
+    def get(self, resource: type[T], name: str, *, namespace: str | None = None) -> T:
+        got: T = self._request("get", res=resource, name=name, namespace=namespace)
+        return got
+
+    def create(self, obj: T, *, namespace: str | None = None) -> T:
+        created: T = self._request("post", obj=obj, namespace=namespace)
+        return created
+
+    def patch(self, resource: type[T], name: str, obj: Any, *, namespace: str | None = None,
+              patch_type: PatchType = PatchType.STRATEGIC) -> T:
+        patched: T = self._request("patch", res=resource, name=name, obj=obj, namespace=namespace,
+                                   headers={"Content-Type": patch_type.value})
+        return patched
+
+    def _request(self, method: str, *, res: type[Any] | None = None, obj: Any = None, name: str | None = None,
+                 namespace: str | None = None, headers: dict[str, str] | None = None) -> Any:
+        basic: BasicRequest = self._generic.prepare_request(method, res=res, obj=obj, name=name,
+                                                            namespace=namespace, params={}, headers=headers)
+        request = self._generic.build_adapter_request(basic)
+        deadline = _Deadline(request)
+        response: httpx2.Response = self._generic.send(request, stream=True)
+        try:
+            whole = _whole(response, request, deadline)
+        finally:
+            response.close()
+        return self._generic.handle_response(method, whole, basic)
+
+
+class _Deadline:
+    """BODY_TIMEOUTS read timeouts of `request`, from now (none when the request has no read timeout)."""
+
+    def __init__(self, request: httpx2.Request) -> None:
+        read_timeout: float | None = (request.extensions.get("timeout") or {}).get("read")
+        self.budget = BODY_TIMEOUTS * read_timeout if read_timeout else None
+        self.at = time.monotonic() + self.budget if self.budget is not None else None
+
+    def read(self, chunks: Iterator[bytes], request: httpx2.Request) -> bytearray:
+        body = bytearray()
+        self.pour(chunks, request, body.extend)
+        return body
+
+    def pour(self, chunks: Iterator[bytes], request: httpx2.Request, into: Callable[[bytes], object]) -> None:
+        """Each chunk to `into` as it arrives; ReadTimeout once past the deadline."""
+        for chunk in chunks:
+            into(chunk)
+            if self.at is not None and time.monotonic() > self.at:
+                raise httpx2.ReadTimeout(f"the answer did not arrive whole within {BODY_TIMEOUTS} read "
+                                         f"timeouts ({self.budget:g}s)", request=request)
+
+
+def _whole(response: httpx2.Response, request: httpx2.Request, deadline: _Deadline) -> httpx2.Response:
+    """The streamed answer as a read one: its bytes as sent, read within `deadline`, with its status and
+    headers (so it decodes as it would have: Content-Encoding, Content-Type)."""
+    raw = deadline.read(response.iter_raw(), request)
+    return httpx2.Response(response.status_code, headers=response.headers, content=bytes(raw), request=request)

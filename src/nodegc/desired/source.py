@@ -47,6 +47,15 @@ class ProvableSource(Protocol):
         ...
 
 
+@runtime_checkable
+class RefreshableSource(Protocol):
+    """A watched source that can list again on request (in the background): the engine asks when the view
+    it would act on is about to be (or is) too old to prove, so that proofs chain instead of waiting for the
+    next resync."""
+
+    def refresh(self, reason: str) -> None: ...
+
+
 def staleness(desired: DesiredState, *, now: datetime, max_age_seconds: float) -> str | None:
     """Why a desired state is too old or too new to act on (what the engine's `stale_source` guard refuses),
     or None. A read-only command reports on it anyway, and says so."""

@@ -22,7 +22,13 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from nodegc import defaults
-from nodegc.desired.source import FUTURE_TOLERANCE_SECONDS, DesiredSource, ProvableSource, SourceError
+from nodegc.desired.source import (
+    FUTURE_TOLERANCE_SECONDS,
+    DesiredSource,
+    ProvableSource,
+    RefreshableSource,
+    SourceError,
+)
 from nodegc.engine.detecting import detect
 from nodegc.engine.limits import TokenBucket
 from nodegc.engine.orphans import RunningOrphans, stop_running_orphan
@@ -37,7 +43,7 @@ from nodegc.model.ipranges import RangeStatus
 from nodegc.model.items import Identity, Item, Phase, item_key
 from nodegc.model.pods import DesiredState, OwnerState, Pod
 from nodegc.model.resources import Inventory, Kind, ReadProblem
-from nodegc.model.runtime import RuntimeSandbox
+from nodegc.model.runtime import RuntimeSandbox, RuntimeView
 from nodegc.observe.logs import get_logger
 from nodegc.planning.correlate import CorrelationPolicy
 from nodegc.planning.guards import BlastRadius, blast_radius_refusal
@@ -191,6 +197,12 @@ class Engine:
         running orphans' grace where `clock` could step."""
         self._gave_up: frozenset[str] = frozenset()
         """Sandboxes whose removal through the runtime failed repeatedly, as of the last scan."""
+        self._unusable: tuple[RuntimeView | None, tuple[Pod, ...], str | None] | None = None
+        self._had_desired = False
+        """Whether this process has had a usable desired state (one `_dated` let through)."""
+        self._started: float | None = None
+        self._interval: float | None = None
+        """The time between the last two cycles' starts: how much older the view will be at the next one."""
         self.bucket = TokenBucket(per_minute=self.settings.reclaims_per_minute, burst=self.settings.reclaim_burst,
                                   clock=clock)
 
@@ -203,11 +215,27 @@ class Engine:
         except LedgerError:
             self.metrics.ledger_error()
             raise
+        finally:
+            self._unusable = None  # nothing of this cycle's views is kept to the next
+
+    def _runtime_unusable(self, view: RuntimeView | None, pods: tuple[Pod, ...]) -> str | None:
+        """`runtime_unusable`, once per runtime view and photograph: the runtime check (`_checked`) and the
+        running orphans' completeness (`_observe_runtime`) ask it of the same pair."""
+        memo = self._unusable
+        if memo is not None and memo[0] is view and memo[1] is pods:
+            return memo[2]
+        why = runtime_unusable(view, pods)
+        self._unusable = (view, pods, why)
+        return why
 
     def _cycle(self) -> CycleReport:
         """detect -> mark -> (guards) -> terminate -> clean -> confirm; each step's writes reach the ledger
         before the next step acts on them."""
         report = CycleReport()
+        started = self.clock()
+        if self._started is not None and started > self._started:
+            self._interval = started - self._started
+        self._started = started
         detected = self._detect(report)
         if detected is None:
             self._unknown(report)
@@ -218,6 +246,7 @@ class Engine:
         if any(f.cls.is_residue for f in findings) or due(self.ledger.items(active_only=True).values(), now):
             # Something to mark or terminate: a watched view must first prove it is current, and the node is
             # judged again on the proven (older) photograph, whose minimum-age horizon protects more.
+            self._refresh_ahead(desired)
             judged = self._on_proven(desired, inventory, findings, report)
             if judged is None:
                 self._refused(desired, inventory, findings, now, report)
@@ -292,7 +321,12 @@ class Engine:
         """A cycle refused before its scan, its desired state unreadable (`source_unavailable`) or too old or
         from the future (`stale_source`): nothing was seen, so nothing is released, closed or begun, and no
         detected item's scans in a row go on across a time in which it was not known which pods exist
-        (`planning.phases.unknown`), as none goes on across a refused proof."""
+        (`planning.phases.unknown`), as none goes on across a refused proof. Not before the process's first
+        usable desired state (a watch not synced yet after a start): streaks are persisted so that a restart
+        does not reset them, and what precedes that first state is the restart's gap, not a gap the process
+        saw open between two of its sightings."""
+        if not self._had_desired:
+            return
         now = self.clock()
         transitions = unknown(self.ledger.items(active_only=True))
         self._persist(transitions, now)
@@ -301,12 +335,27 @@ class Engine:
             log.info("desired state unknown: scans in a row start again", items=len(transitions), reason=reason)
             self.metrics.streaks_restarted(reason, len(transitions))
 
+    def _refresh_ahead(self, fetched: DesiredState) -> None:
+        """Ask a watched source for a list (proven by its own node Lease read) when its view (dated by its
+        freshness: the last list, event or bookmark that moved it) will be older than --max-desired-age at the
+        next cycle. On a quiet cluster, whose bookmarks do not advance, only lists move the view: it is fresh
+        and proven for about --max-desired-age after each resync, four 30 s cycles where K=3 scans in a row
+        over the 120 s grace need five, and the node would mark nothing. Only cycles with something to act on
+        ask; a healthy watch's bookmarks keep its view younger than that."""
+        interval, max_age = self._interval, self.settings.max_desired_age_seconds
+        if not isinstance(self.source, RefreshableSource) or interval is None or interval >= max_age:
+            return  # a list now would be too old at the next cycle all the same
+        age = self.clock() - fetched.fetched_at.timestamp()
+        if age + interval > max_age:
+            self.source.refresh(f"the view is {age:.0f}s old and would be too old at the next cycle")
+
     def _observe_runtime(self, inventory: Inventory, findings: tuple[Finding, ...], desired: DesiredState,
                          now: float, report: CycleReport) -> None:
         """Running orphans (their first-seen times) and orphan shims: reported every cycle, stopped only on
         opt-in and on a proven view."""
         report.running_orphans = self.orphans.observe(
-            findings, now, view=inventory.runtime, complete=runtime_unusable(inventory.runtime, desired.pods) is None)
+            findings, now, view=inventory.runtime,
+            complete=self._runtime_unusable(inventory.runtime, desired.pods) is None)
         report.orphan_shims = orphan_shims(inventory, findings)
         view = inventory.runtime
         self.metrics.runtime(None if view is None else view.reachable, len(report.running_orphans),
@@ -380,6 +429,7 @@ class Engine:
             # From the future: the wall clock stepped back, so its age says nothing. Wait for fresh data.
             self._block(report, "stale_source", f"desired state is dated {-age:.0f}s in the future")
             return None
+        self._had_desired = True
         return desired
 
     def _scan(self, desired: DesiredState) -> tuple[Inventory, tuple[Finding, ...]]:
@@ -409,7 +459,7 @@ class Engine:
     def _checked(self, inventory: Inventory, desired: DesiredState, report: CycleReport) -> Inventory:
         """The scan checked against the runtime on the view the cycle acts on, once per scan: a runtime that
         cannot vouch for that view's pods adds its read problems, and `report.problems` counts them all."""
-        why = runtime_unusable(inventory.runtime, desired.pods)
+        why = self._runtime_unusable(inventory.runtime, desired.pods)
         if why:
             # Today's rules go on; nothing that needs the runtime's word is concluded this scan, and a
             # sandbox the list does not show is not gone (its item neither closes nor counts as done).

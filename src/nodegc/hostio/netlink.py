@@ -141,6 +141,73 @@ class RawLink:
     group: int | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class NetnsFile:
+    """A netns file as a scan recorded it, to be opened only as that: `path` is `depth` components below a
+    configured directory (1: a file of the netns dir; more: a file of the runtime's state dir, below its
+    folders), and `inode`/`dev` are the namespace's as the scan saw them (None: not recorded).
+
+    The configured directory is opened as configured (it may be a symlink, /var/run/netns -> /run/netns);
+    every component below it, the file included, without following a symlink; what was opened must be
+    the recorded namespace. A container that plants a symlink there, or a namespace mounted again at the
+    path since the scan, is refused with a reason (`NetnsFileChanged`, or the OSError of the open), never
+    read in its place."""
+
+    path: Path
+    depth: int = 1
+    inode: int | None = None
+    dev: int | None = None
+
+
+class NetnsFileChanged(OSError):
+    """The file opened is not the namespace the scan recorded at its path."""
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+_DIR_NOFOLLOW = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# O_NONBLOCK: a FIFO put at the path does not block the open (it is no namespace: refused after)
+_FILE_NOFOLLOW = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+def open_netns(target: Path | NetnsFile) -> int:
+    """A descriptor on the namespace file; a plain Path is opened as given (symlinks followed: the node's
+    own namespace is often /proc/1/ns/net), a `NetnsFile` only as what the scan recorded. OSError (a
+    `NetnsFileChanged` for another namespace) when it cannot be."""
+    if not isinstance(target, NetnsFile):
+        return os.open(target, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    parts = os.path.normpath(os.fsdecode(target.path)).split("/")
+    if target.depth < 1 or len(parts) <= target.depth or not all(parts[-target.depth:]):
+        raise NetnsFileChanged(errno.EINVAL, f"{os.fsdecode(target.path)} is not {target.depth} below a directory")
+    top = "/".join(parts[: -target.depth]) or "/"
+    current = os.open(top, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for part in parts[-target.depth : -1]:
+            below = os.open(part, _DIR_NOFOLLOW, dir_fd=current)
+            os.close(current)
+            current = below
+        fd = os.open(parts[-1], _FILE_NOFOLLOW, dir_fd=current)
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise NetnsFileChanged(e.errno, f"a symlink (or a file that is no directory) on its path below {top}, "
+                                   f"not followed") from e
+        raise
+    finally:
+        os.close(current)
+    try:
+        st = os.fstat(fd)
+        if (target.inode is not None and st.st_ino != target.inode) or (
+                target.dev is not None and st.st_dev != target.dev):
+            raise NetnsFileChanged(
+                errno.ESTALE, f"not the namespace the scan recorded (inode {st.st_ino} on device {st.st_dev}, "
+                f"scanned {target.inode} on {target.dev})")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 class RtnlSocket:
     """A NETLINK_ROUTE socket bound to the namespace it was opened in; use as a context manager."""
 
@@ -152,8 +219,9 @@ class RtnlSocket:
         are read one after the other, and their buffers then take turns in the same memory."""
 
     @classmethod
-    def open(cls, net_ns: Path | None = None, *, timeout: float = DEFAULT_TIMEOUT) -> RtnlSocket:
-        """In the current namespace, or in the one the netns file `net_ns` names (never created)."""
+    def open(cls, net_ns: Path | NetnsFile | None = None, *, timeout: float = DEFAULT_TIMEOUT) -> RtnlSocket:
+        """In the current namespace, or in the one the netns file `net_ns` names (never created; a
+        `NetnsFile` only when it is still what the scan recorded, see `open_netns`)."""
         _time_left(timeout, "netlink socket")
         sock = _socket_in(net_ns, timeout=timeout) if net_ns is not None else _new_socket()
         try:
@@ -496,7 +564,7 @@ def _new_socket(protocol: int = NETLINK_ROUTE) -> socket.socket:
         raise NetlinkError(f"cannot open netlink socket: {e.strerror or e}") from e
 
 
-def _socket_in(net_ns: Path, *, timeout: float, protocol: int = NETLINK_ROUTE) -> socket.socket:
+def _socket_in(net_ns: Path | NetnsFile, *, timeout: float, protocol: int = NETLINK_ROUTE) -> socket.socket:
     """A netlink socket created in the namespace of `net_ns` by a thread of its own.
 
     A thread still entering the namespace when `timeout` runs out is abandoned: whatever socket it makes
@@ -508,7 +576,7 @@ def _socket_in(net_ns: Path, *, timeout: float, protocol: int = NETLINK_ROUTE) -
     try:
         thread.start()
     except RuntimeError as e:  # no thread can be started
-        raise NetlinkError(f"{os.fsdecode(net_ns)}: cannot start a thread to enter the namespace: {e}") from e
+        raise NetlinkError(f"{_where(net_ns)}: cannot start a thread to enter the namespace: {e}") from e
     try:
         thread.join(timeout)
     except BaseException:
@@ -516,9 +584,9 @@ def _socket_in(net_ns: Path, *, timeout: float, protocol: int = NETLINK_ROUTE) -
         raise
     outcome = handoff.claim()
     if outcome is None:
-        raise NetlinkError(f"{os.fsdecode(net_ns)}: entering the namespace did not finish in time")
+        raise NetlinkError(f"{_where(net_ns)}: entering the namespace did not finish in time")
     if isinstance(outcome, BaseException):
-        raise NetlinkError(f"{os.fsdecode(net_ns)}: {outcome}") from outcome
+        raise NetlinkError(f"{_where(net_ns)}: {outcome}") from outcome
     return outcome
 
 
@@ -550,7 +618,11 @@ def _close(outcome: socket.socket | BaseException | None) -> None:
         outcome.close()
 
 
-def _open_in_thread(net_ns: Path, handoff: _Handoff, protocol: int) -> None:
+def _where(net_ns: Path | NetnsFile) -> str:
+    return os.fsdecode(net_ns.path if isinstance(net_ns, NetnsFile) else net_ns)
+
+
+def _open_in_thread(net_ns: Path | NetnsFile, handoff: _Handoff, protocol: int) -> None:
     try:
         outcome: socket.socket | BaseException = _enter_and_open(net_ns, protocol)
     except BaseException as e:  # handed to the caller, which raises it in its own thread
@@ -558,8 +630,10 @@ def _open_in_thread(net_ns: Path, handoff: _Handoff, protocol: int) -> None:
     handoff.offer(outcome)
 
 
-def open_many(paths: Sequence[Path], *, timeout: float = DEFAULT_TIMEOUT) -> list[RtnlSocket | NetlinkError]:
-    """A socket in the namespace of each netns file, in order, or why there is none.
+def open_many(paths: Sequence[Path | NetnsFile], *,
+              timeout: float = DEFAULT_TIMEOUT) -> list[RtnlSocket | NetlinkError]:
+    """A socket in the namespace of each netns file, in order, or why there is none (a `NetnsFile` is
+    entered only when it is still what the scan recorded, see `open_netns`).
 
     One thread enters the namespaces in turn (a thread costs far more than a setns, and a scan may read
     hundreds of namespaces); like `RtnlSocket.open`, it goes back to its own namespace after each one and
@@ -571,14 +645,14 @@ def open_many(paths: Sequence[Path], *, timeout: float = DEFAULT_TIMEOUT) -> lis
     try:
         _time_left(timeout, "netlink sockets")
     except NetlinkError as e:
-        return [NetlinkError(f"{os.fsdecode(p)}: {e}") for p in paths]
+        return [NetlinkError(f"{_where(p)}: {e}") for p in paths]
     batch = _Batch()
     thread = threading.Thread(target=_open_many_in_thread, args=(list(paths), batch), name="nodegc-netns",
                               daemon=True)
     try:
         thread.start()
     except RuntimeError as e:  # no thread can be started
-        return [NetlinkError(f"{os.fsdecode(p)}: cannot start a thread to enter the namespace: {e}") for p in paths]
+        return [NetlinkError(f"{_where(p)}: cannot start a thread to enter the namespace: {e}") for p in paths]
     try:
         thread.join(timeout)
     except BaseException:
@@ -588,7 +662,7 @@ def open_many(paths: Sequence[Path], *, timeout: float = DEFAULT_TIMEOUT) -> lis
     results = batch.claim()
     out: list[RtnlSocket | NetlinkError] = []
     for i, path in enumerate(paths):
-        where = os.fsdecode(path)
+        where = _where(path)
         if i >= len(results):
             out.append(NetlinkError(f"{where}: entering the namespace did not finish in time"))
             continue
@@ -635,7 +709,7 @@ class _Batch:
         return False
 
 
-def _open_many_in_thread(paths: list[Path], batch: _Batch) -> None:
+def _open_many_in_thread(paths: list[Path | NetnsFile], batch: _Batch) -> None:
     for done, path in enumerate(paths):
         try:
             outcome: socket.socket | BaseException = _enter_and_open(path)
@@ -649,15 +723,15 @@ def _open_many_in_thread(paths: list[Path], batch: _Batch) -> None:
             return
 
 
-def _enter_and_open(net_ns: Path, protocol: int = NETLINK_ROUTE) -> socket.socket:
+def _enter_and_open(net_ns: Path | NetnsFile, protocol: int = NETLINK_ROUTE) -> socket.socket:
     # the thread's own namespace, to go back to; a thread that could not go back is never used again
     # (`_Stranded`), and the socket is not handed out then
     home = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
     try:
         # O_NONBLOCK: a FIFO at the path does not block the open (setns then refuses it)
-        target = os.open(net_ns, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        target = open_netns(net_ns)
         try:
-            _setns(target, f"cannot enter {os.fsdecode(net_ns)}")
+            _setns(target, f"cannot enter {_where(net_ns)}")
         finally:
             os.close(target)
         sock: socket.socket | None = None

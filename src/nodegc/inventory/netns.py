@@ -19,7 +19,7 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-from nodegc.hostio.netlink import NetlinkError, RtnlSocket, open_many
+from nodegc.hostio.netlink import NetlinkError, NetnsFile, NetnsFileChanged, RtnlSocket, open_many, open_netns
 from nodegc.model.resources import Kind, Mount, NetnsEntry, ReadProblem
 from nodegc.planning.owners import CRI_NETNS_SUBDIR
 
@@ -216,7 +216,8 @@ def _read_entry(
         )
     # stat of an nsfs mount point is the namespace inode (what /proc/<pid>/ns/net points at)
     entry = NetnsEntry(
-        name=name, path=path, mounted=True, ns_inode=st.st_ino, file_inode=file_inode, mtime=st.st_mtime
+        name=name, path=path, mounted=True, ns_inode=st.st_ino, file_inode=file_inode, mtime=st.st_mtime,
+        ns_dev=st.st_dev,
     )
     return entry, problem
 
@@ -235,7 +236,17 @@ def _odd_name(name: str) -> str | None:
     return None
 
 
-def read_netns_addresses(path: Path) -> tuple[str, ...]:
+_RUNTIME_DEPTH = len(CRI_NETNS_SUBDIR.split("/")) + 1
+
+
+def netns_file(entry: NetnsEntry) -> NetnsFile:
+    """The entry's file as the scan recorded it: below its configured directory (a runtime-dir file below
+    the state dir's folders too), the namespace inode and device it had (see `NetnsFile`)."""
+    return NetnsFile(Path(entry.path), depth=_RUNTIME_DEPTH if entry.runtime_dir else 1,
+                     inode=entry.ns_inode if entry.mounted else None, dev=entry.ns_dev if entry.mounted else None)
+
+
+def read_netns_addresses(path: Path | NetnsFile) -> tuple[str, ...]:
     """Addresses inside the namespace, for tying a namespace without a CNI cache entry to a pod.
 
     Read on nodegc's own netlink socket opened in the namespace (never creates the file, never forks);
@@ -245,14 +256,16 @@ def read_netns_addresses(path: Path) -> tuple[str, ...]:
     try:
         rtnl = RtnlSocket.open(path)
     except (NetlinkError, OSError) as e:
-        raise NetnsReadError(f"cannot read addresses in netns {os.fsdecode(path)}: {e}") from e
-    return _addresses(rtnl, path)
+        raise NetnsReadError(f"cannot read addresses in netns {_where(path)}: {e}") from e
+    return _addresses(rtnl, _path(path))
 
 
 def read_netns_addresses_many(
-    paths: Sequence[Path], *, node_ns: Path | None = None, by_netnsid: bool = True
+    paths: Sequence[Path | NetnsFile], *, node_ns: Path | None = None, by_netnsid: bool = True
 ) -> list[tuple[str, ...] | NetnsReadError]:
-    """`read_netns_addresses` of each path, in order.
+    """`read_netns_addresses` of each path, in order. A `NetnsFile` is read only while its path still
+    names the namespace the scan recorded, reached without a symlink (see `NetnsFile`); otherwise its
+    answer is the NetnsReadError that says why, and nothing is read in its place.
 
     A namespace that has an id (netnsid) in the node's namespace `node_ns` (None: nodegc's own) is read
     from there, over one socket that names the id in its requests (IFA_TARGET_NETNSID, Linux 4.20): no
@@ -268,10 +281,10 @@ def read_netns_addresses_many(
     entered = [paths[i] for i in rest]
     for i, path, rtnl in zip(rest, entered, open_many(entered), strict=True):
         if isinstance(rtnl, NetlinkError):
-            out[i] = NetnsReadError(f"cannot read addresses in netns {os.fsdecode(path)}: {rtnl}")
+            out[i] = NetnsReadError(f"cannot read addresses in netns {_where(path)}: {rtnl}")
             continue
         try:
-            out[i] = _addresses(rtnl, path)
+            out[i] = _addresses(rtnl, _path(path))
         except NetnsReadError as e:
             out[i] = e
     return [found for found in out if found is not None]
@@ -283,7 +296,15 @@ _BATCH = 64
 """Netns files open at once while their ids are asked and their addresses read."""
 
 
-def _read_by_netnsid(paths: Sequence[Path], out: list[tuple[str, ...] | NetnsReadError | None],
+def _where(path: Path | NetnsFile) -> str:
+    return os.fsdecode(_path(path))
+
+
+def _path(path: Path | NetnsFile) -> Path:
+    return path.path if isinstance(path, NetnsFile) else path
+
+
+def _read_by_netnsid(paths: Sequence[Path | NetnsFile], out: list[tuple[str, ...] | NetnsReadError | None],
                      node_ns: Path | None) -> None:
     """Fill `out` for each path read through its netnsid in `node_ns`; leave None where it was not (after
     any error the socket is not used again: a dump it abandoned may still be running)."""
@@ -299,10 +320,14 @@ def _read_by_netnsid(paths: Sequence[Path], out: list[tuple[str, ...] | NetnsRea
             try:
                 for i in range(start, min(start + _BATCH, len(paths))):
                     try:
-                        # as entering it opens it: whatever namespace the path names now (a FIFO put
-                        # there since the scan does not block the open: it has no id, and entering fails)
-                        fds[i] = os.open(paths[i], os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-                    except OSError:
+                        # as entering it opens it (a FIFO put there since the scan does not block the
+                        # open: it has no id, and entering fails); a NetnsFile only as the scan saw it,
+                        # and the id is then asked of that very namespace, which the fd keeps alive
+                        fds[i] = open_netns(paths[i])
+                    except OSError as e:
+                        if isinstance(paths[i], NetnsFile):
+                            out[i] = NetnsReadError(f"cannot read addresses in netns {_where(paths[i])}: "
+                                                    f"{_refusal(e)}")
                         continue  # entering it fails alike, and says why
                 ids = rtnl.netnsids(list(fds.values()))
                 known = [(i, nsid) for i, nsid in zip(fds, ids, strict=True)
@@ -315,6 +340,10 @@ def _read_by_netnsid(paths: Sequence[Path], out: list[tuple[str, ...] | NetnsRea
             finally:
                 for fd in fds.values():
                     os.close(fd)
+
+
+def _refusal(e: OSError) -> str:
+    return str(e) if isinstance(e, NetnsFileChanged) else str(e.strerror or e)
 
 
 def _addresses(rtnl: RtnlSocket, path: Path) -> tuple[str, ...]:

@@ -23,6 +23,7 @@ from nodegc.inventory.links import forget_netnsids, scan_veths
 from nodegc.inventory.netns import (
     NetnsReadError,
     is_runtime_netns_dir,
+    netns_file,
     read_netns_addresses_many,
     scan_netns,
     scan_runtime_netns,
@@ -208,7 +209,7 @@ def _read_addresses(
 ) -> tuple[tuple[NetnsEntry, ...], list[ReadProblem]]:
     if not wanted:
         return entries, []
-    read = read_netns_addresses_many([Path(entries[i].path) for i in wanted],
+    read = read_netns_addresses_many([netns_file(entries[i]) for i in wanted],
                                      node_ns=Path(net_ns) if net_ns is not None else None)
     out = list(entries)
     problems: list[ReadProblem] = []

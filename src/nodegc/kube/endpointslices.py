@@ -31,6 +31,7 @@ from nodegc import defaults
 from nodegc.api.errors import KubeError, call
 from nodegc.api.objects import POD_FIELDS, pod_from_object, slice_from_object
 from nodegc.api.reads import CHUNK_SIZE, get_live, list_all
+from nodegc.api.streaming import Requests
 from nodegc.kube.cache import ClusterCache
 from nodegc.kube.events import EventRecorder, EventType, ObjectRef
 from nodegc.model.endpoints import Slice, StaleAction, StaleEndpoint
@@ -288,7 +289,7 @@ class EndpointSliceSweeper:
             "metadata": {"resourceVersion": slice_.resource_version},
             "endpoints": remaining_endpoints(endpoints, stale),
         }
-        call(f"patching endpointslice {slice_.label()}", lambda: self._client.patch(
+        call(f"patching endpointslice {slice_.label()}", lambda: Requests(self._client).patch(
             RawEndpointSlice, slice_.name, body, namespace=slice_.namespace, patch_type=PatchType.MERGE))
 
     def _failed(self, slice_: Slice, why: str, report: SweepReport) -> None:

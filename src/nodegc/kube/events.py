@@ -2,7 +2,7 @@
 
 `record()` is cheap and does no I/O: it counts an occurrence under the key (involved object, type, reason).
 `flush()` writes what changed: the first flush of a key creates one Event, later flushes patch its
-`count`, `lastTimestamp` and `message`. Writes are capped at `max_per_minute` over any sliding minute;
+`count`, `lastTimestamp` and `message`. Requests are capped at `max_per_minute` over any sliding minute;
 what does not fit stays counted and goes out with a later flush, so nothing is lost and the API server
 never sees more than the cap. A failed write is logged and retried on the next flush; it never raises.
 """
@@ -24,6 +24,7 @@ from lightkube.resources.core_v1 import Event
 from lightkube.types import PatchType
 
 from nodegc.api.errors import KubeError, call
+from nodegc.api.streaming import Requests
 from nodegc.hostio.clock import utcnow
 from nodegc.observe.logs import get_logger
 
@@ -245,7 +246,7 @@ class EventRecorder:
             reportingComponent=self.component,
             reportingInstance=self.instance,
         )
-        call(f"creating event {s.ref.event_namespace}/{name}", lambda: self._client.create(event))
+        call(f"creating event {s.ref.event_namespace}/{name}", lambda: Requests(self._client).create(event))
         return name
 
     def _write(self, s: _Series) -> tuple[str, bool]:
@@ -257,7 +258,7 @@ class EventRecorder:
         try:
             call(
                 f"updating event {s.ref.event_namespace}/{name}",
-                lambda: self._client.patch(Event, name, body, namespace=s.ref.event_namespace,
+                lambda: Requests(self._client).patch(Event, name, body, namespace=s.ref.event_namespace,
                                            patch_type=PatchType.MERGE),
             )
         except KubeError as e:

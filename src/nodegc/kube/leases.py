@@ -26,6 +26,7 @@ from lightkube.types import PatchType
 
 from nodegc import defaults
 from nodegc.api.errors import KubeError, call
+from nodegc.api.streaming import Requests
 from nodegc.hostio.clock import utcnow
 from nodegc.observe.logs import get_logger
 
@@ -213,7 +214,7 @@ class LeaderElector:
         name, namespace = self.config.name, self.config.namespace
         try:
             obj = call(f"getting lease {self._label}",
-                       lambda: self._client.get(Lease, name=name, namespace=namespace))
+                       lambda: Requests(self._client).get(Lease, name, namespace=namespace))
         except KubeError as e:
             if e.not_found:
                 return None
@@ -268,7 +269,7 @@ class LeaderElector:
             ),
         )
         try:
-            created = call(f"creating lease {self._label}", lambda: self._client.create(lease))
+            created = call(f"creating lease {self._label}", lambda: Requests(self._client).create(lease))
         except KubeError as e:
             if e.conflict:
                 return False
@@ -290,7 +291,7 @@ class LeaderElector:
         body = {"metadata": {"resourceVersion": record.resource_version}, "spec": dict(spec)}
         obj = call(
             f"updating lease {self._label}",
-            lambda: self._client.patch(Lease, self.config.name, body, namespace=self.config.namespace,
+            lambda: Requests(self._client).patch(Lease, self.config.name, body, namespace=self.config.namespace,
                                        patch_type=PatchType.MERGE),
         )
         return LeaseRecord.from_object(obj.to_dict())

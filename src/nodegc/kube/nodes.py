@@ -21,6 +21,7 @@ from lightkube.resources.core_v1 import Node
 from lightkube.types import PatchType
 
 from nodegc.api.errors import KubeError, call
+from nodegc.api.streaming import Requests
 from nodegc.kube.events import rfc3339
 from nodegc.model.conditions import CONDITION_TYPES, NodeCondition
 from nodegc.observe.logs import get_logger
@@ -84,7 +85,7 @@ class NodeConditionWriter:
                 pending[c.type] = _Written(c, transition, self.monotonic())
             if not due:
                 return True
-            call(f"patch node {self.node} status", lambda: self.client.patch(
+            call(f"patch node {self.node} status", lambda: Requests(self.client).patch(
                 Node.Status, self.node, {"status": {"conditions": due}}, patch_type=PatchType.STRATEGIC))
         except KubeError as e:
             self._retry_at = self.monotonic() + RETRY_SECONDS
@@ -107,7 +108,7 @@ class NodeConditionWriter:
         return stamp
 
     def _read(self) -> dict[str, tuple[str, str]]:
-        node = call(f"get node {self.node}", lambda: self.client.get(Node, self.node))
+        node = call(f"get node {self.node}", lambda: Requests(self.client).get(Node, self.node))
         out: dict[str, tuple[str, str]] = {}
         for cond in (node.status.conditions if node.status and node.status.conditions else []):
             if cond.type in CONDITION_TYPES:

@@ -135,6 +135,9 @@ class NetnsEntry:
     ns_inode: int | None = None
     file_inode: int | None = None
     mtime: float | None = None
+    ns_dev: int | None = None
+    """The device of the namespace inode (nsfs) when it is still bind-mounted: with `ns_inode`, what a
+    later open of the path must find (`hostio.netlink.NetnsFile`)."""
     addresses: tuple[str, ...] = ()
     """Addresses configured inside the namespace (read only when it is mounted)."""
     addresses_read: bool = False

@@ -23,7 +23,7 @@ from nodegc.model.resources import Kind
 
 RANGE_LABELS = ("network", "range")
 WATCH_EVENT_TYPES = ("added", "modified", "deleted", "bookmark", "error")
-RELIST_REASONS = ("gone", "stalled", "error")
+RELIST_REASONS = ("gone", "stalled", "error", "refresh")
 RECLAIM_RESULTS = ("ok", "gone", "changed", "failed", "dry_run")
 BLOCK_REASONS = ("source_unavailable", "stale_source", "view_not_current", "blast_radius", "runtime_unavailable",
                  "rate_limit", "reverification")
@@ -310,7 +310,9 @@ class _ReflectorCollector(Collector):
         watches.add_metric([], stats.get("watches", 0))
         yield watches
         relists = CounterMetricFamily("nodegc_reflector_relists", "Relists by cause: gone (410), stalled (no "
-                                      "event or bookmark in time), error, resync (periodic).", labels=["reason"])
+                                      "event or bookmark in time), error, refresh (a cycle with something to act "
+                                      "on found its view about to be too old to prove), resync (periodic).",
+                                      labels=["reason"])
         for reason in RELIST_REASONS:
             relists.add_metric([reason], stats.get(f"relists_{reason}", 0))
         relists.add_metric(["resync"], stats.get("resyncs", 0))

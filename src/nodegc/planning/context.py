@@ -55,12 +55,14 @@ class CorrelationPolicy:
 class Clock:
     """A correlation's time, and what its verdicts asked of it.
 
-    `now` (the scan's time) and `photo` (the desired state's): a verdict compares a record's age with
-    min(now, photo) less an offset through `since`, `after` or `before`, which keep the extreme record
+    `now` (the scan's time), `photo` (the desired state's) and `read` (the runtime view's, when there is
+    one with a date): a verdict compares a record's age with min(now, photo) less an offset through
+    `since`, `after` or `before`, or with min(now, photo, read) less an offset through `viewed_after` (the
+    runtime's horizons: a sandbox born after its view was read is not in it), which keep the extreme record
     time of each (offset, comparison, answer); anything else that reads the time itself (an evidence text
-    that names an age, the runtime's horizons) goes through `Context.now` and `Context.photo`, which mark
-    the correlation as reading the exact time. `answers_alike` says whether another time would have given
-    every answer the same: then the correlation's findings are those of that time (`planning.remembered`)."""
+    that names an age) goes through `Context.now` and `Context.photo`, which mark the correlation as
+    reading the exact time. `answers_alike` says whether another time would have given every answer the
+    same: then the correlation's findings are those of that time (`planning.remembered`)."""
 
     now: float
     photo: float
@@ -68,6 +70,8 @@ class Clock:
     """The time itself was read: only the very same time answers alike."""
     asked: dict[tuple[float, str, bool], float] = field(default_factory=dict)
     """(offset, comparison, answer) -> the record time nearest to the threshold that gave that answer."""
+    read: float | None = None
+    """When the runtime's view was read (None: no view, or one without a date: no bound of its own)."""
 
     def since(self, t: float, offset: float) -> bool:
         """t >= min(now, photo) - offset."""
@@ -91,6 +95,16 @@ class Clock:
         self._asked(offset, "<", got, t)
         return got
 
+    def viewed_after(self, t: float, offset: float) -> bool:
+        """t > min(now, photo, read) - offset: younger than the runtime's and the API's photographs allow
+        to judge."""
+        base = min(self.now, self.photo)
+        if self.read is not None and self.read < base:
+            base = self.read
+        got = t > base - offset
+        self._asked(offset, "r>", got, t)
+        return got
+
     def _asked(self, offset: float, op: str, got: bool, t: float) -> None:
         if t != t:  # noqa: PLR0124 (NaN: every such comparison is False, whatever the threshold)
             return
@@ -102,11 +116,18 @@ class Clock:
         if kept is None or (t < kept if smallest else t > kept):
             self.asked[key] = t
 
-    def answers_alike(self, now: float, photo: float) -> bool:
-        """Whether (now, photo) answers every question this clock was asked as it did."""
+    def answers_alike(self, now: float, photo: float, read: float | None = None) -> bool:
+        """Whether (now, photo, read) answers every question this clock was asked as it did."""
         if self.exact:
-            return now == self.now and photo == self.photo
+            return now == self.now and photo == self.photo and read == self.read
+        viewed = min(now, photo) if read is None else min(now, photo, read)
         for (offset, op, got), t in self.asked.items():
+            if op == "r>":
+                threshold = viewed - offset
+                same = t > threshold if got else t <= threshold
+                if not same:
+                    return False
+                continue
             threshold = min(now, photo) - offset
             if op == ">=":
                 same = t >= threshold if got else t < threshold
@@ -119,15 +140,15 @@ class Clock:
         return True
 
     def copy(self) -> Clock:
-        return Clock(self.now, self.photo, self.exact, dict(self.asked))
+        return Clock(self.now, self.photo, self.exact, dict(self.asked), self.read)
 
     def blank(self) -> Clock:
         """A clock of the same time, asked nothing yet (a domain's own, merged into this one after)."""
-        return Clock(self.now, self.photo)
+        return Clock(self.now, self.photo, read=self.read)
 
     def answers_as(self, other: Clock) -> bool:
         """Whether `other`'s time answers every question this clock was asked alike."""
-        return self.answers_alike(other.now, other.photo)
+        return self.answers_alike(other.now, other.photo, other.read)
 
     def merge(self, other: Clock) -> None:
         """Carry on the questions `other` was asked, as if this clock had been asked them (a domain's verdicts
@@ -155,6 +176,11 @@ class Earlier:
     kubelet: tuple[Finding, ...]
     """The kubelet domain's findings, and what they asked of the time."""
     kubelet_clock: Clock
+    network: object | None = None
+    """The network domain's pass (`planning.network.NetworkPass`) of a correlation's first pass."""
+    claims: dict[str, list[Pod]] = field(default_factory=dict)
+    terminal_claims: dict[str, list[Pod]] = field(default_factory=dict)
+    pending_note: str | None = None
 
 
 def same_policy(a: CorrelationPolicy, b: CorrelationPolicy) -> bool:
@@ -240,7 +266,8 @@ class Context:
         unaccounted = [p for p in desired.pods if p.state is OwnerState.LIVE and not p.host_network
                        and p.uid not in explained]
         return cls(inv=inv, desired=desired, pods=pods, cache=cache,
-                   clock=Clock(now.timestamp(), desired.fetched_at.timestamp()), policy=policy, unaccounted=unaccounted,
+                   clock=Clock(now.timestamp(), desired.fetched_at.timestamp(), read=_read_at(inv)), policy=policy,
+                   unaccounted=unaccounted,
                    unreadable_cache=_unreadable_cache(inv), netns_by_key=_netns_by_key(inv), resolutions=resolutions,
                    unexplained_pod_dir=next((f"pod directory {d.path} of a pod the desired state lacks is still there"
                                              for d in inv.pod_dirs
@@ -317,6 +344,11 @@ class Context:
         after it was taken), never from a later scan, can be residue."""
         return mtime is None or self.clock.since(mtime, self.policy.min_age_seconds)
 
+    def viewed_young(self, mtime: float | None) -> bool:
+        """`young` for a verdict on the runtime's word: what is born after the view was read (less the
+        minimum age) is not in it. Missing age protects."""
+        return mtime is None or self.clock.viewed_after(mtime, self.policy.min_age_seconds)
+
     def age_note(self, mtime: float | None) -> str:
         if mtime is None:
             return "age unknown"
@@ -371,6 +403,12 @@ def _resolutions(entries: tuple[CNICacheEntry, ...], pods: PodIndex,
 
 def _not_netns(problems: tuple[ReadProblem, ...]) -> tuple[ReadProblem, ...]:
     return tuple(p for p in problems if p.kind is not Kind.NETNS)
+
+
+def _read_at(inv: Inventory) -> float | None:
+    """When the runtime's view was read: only the clock holds it (see `Clock.read`)."""
+    view = inv.runtime
+    return view.read_at.timestamp() if view is not None and view.read_at is not None else None
 
 
 def _unreadable_cache(inv: Inventory) -> tuple[str, ...]:

@@ -11,7 +11,9 @@ changed, a record that grew old enough to judge, an evidence text that names an 
 A correlation made anew still takes from the last one made (`planning.context.Earlier`) every verdict whose
 inputs are provably the same: the owners of cache entries that look up the very same pods, and the kubelet
 domain's verdicts when its records, the pods of its directories' UIDs, the static pods and the policy are
-the same and the time answers its questions alike (a node whose pods change every cycle).
+the same and the time answers its questions alike, and, when the network records are the same, each
+network verdict whose lookups find the very same owners and claimants (`planning.network._Again`): a node
+whose pods change every cycle.
 """
 
 from __future__ import annotations
@@ -22,12 +24,17 @@ from datetime import datetime
 from nodegc.model.findings import Finding
 from nodegc.model.pods import DesiredState
 from nodegc.model.resources import Inventory
+from nodegc.model.runtime import RuntimeView
 from nodegc.planning.context import Clock, CorrelationPolicy, Earlier, same_policy
 from nodegc.planning.correlate import Correlation, correlation
 
-_COMPARED = tuple(f.name for f in fields(Inventory) if f.name != "taken_at")
+_COMPARED = tuple(f.name for f in fields(Inventory) if f.name not in ("taken_at", "runtime"))
 """What a correlation reads of an inventory: all of it but the time it was taken (never read: the
-correlation's time is its `now`)."""
+correlation's time is its `now`) and the runtime's view (compared apart: `_VIEW`)."""
+_VIEW = tuple(f.name for f in fields(RuntimeView) if f.name != "read_at")
+"""What it reads of the runtime's view besides the time it was read (read through the clock only, as
+`Clock.read`: a sandbox born after it is not in the view, and a time that changes such an answer is no
+time that answers alike)."""
 _DESIRED = tuple(f.name for f in fields(DesiredState) if f.name != "fetched_at")
 """What it reads of a desired state besides its time (read through the clock, as the photo's time)."""
 
@@ -55,6 +62,8 @@ class Correlations:
         self._kept: list[_Kept] = []
         self._earlier: Earlier | None = None
         """What the last correlation made leaves for the next one (`planning.context.Earlier`)."""
+        self.from_earlier = True
+        """Whether a correlation made anew takes from the last one (benchmarks compare without: False)."""
         self.taken_again = 0
         """How many correlations were taken again instead of being made (for tests and benchmarks)."""
         self.reused = 0
@@ -73,8 +82,10 @@ class Correlations:
                 self._kept = [again, *(k for k in kept if k is not one)]
                 self.taken_again += 1
                 return one.findings, None
-        made = correlation(inventory, desired, now=now, policy=policy, previous=previous, earlier=self._earlier)
-        self._earlier = made.earlier()
+        made = correlation(inventory, desired, now=now, policy=policy, previous=previous,
+                           earlier=self._earlier if self.from_earlier else None)
+        if made.network.clock is not None or self._earlier is None:  # a first pass: the next scan's first is like it
+            self._earlier = made.earlier()
         self.reused += made.context.reused
         # A copy: what the context's clock is asked from now on (nothing, as it is) is not this correlation's.
         one = _Kept(inventory, desired, policy, made.context.clock.copy(), made.findings)
@@ -93,5 +104,18 @@ def _same(kept: _Kept, inventory: Inventory, desired: DesiredState, now: datetim
     question its verdicts asked of the time alike."""
     return (same_policy(policy, kept.policy)
             and all(getattr(desired, n) == getattr(kept.desired, n) for n in _DESIRED)
-            and kept.clock.answers_alike(now.timestamp(), desired.fetched_at.timestamp())
+            and kept.clock.answers_alike(now.timestamp(), desired.fetched_at.timestamp(), _read_at(inventory.runtime))
+            and _same_view(inventory.runtime, kept.inventory.runtime)
             and all(getattr(inventory, n) == getattr(kept.inventory, n) for n in _COMPARED))
+
+
+def _read_at(view: RuntimeView | None) -> float | None:
+    return view.read_at.timestamp() if view is not None and view.read_at is not None else None
+
+
+def _same_view(view: RuntimeView | None, kept: RuntimeView | None) -> bool:
+    """The same sandboxes, containers, leftovers and identity of the runtime (its reading's time aside),
+    each compared by value: the sandbox id and its creation time are a sandbox's identity."""
+    if view is None or kept is None:
+        return view is kept
+    return view is kept or all(getattr(view, n) == getattr(kept, n) for n in _VIEW)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from nodegc.model.findings import Finding, FindingClass, Owner
@@ -85,15 +85,8 @@ def correlate_pod_logs(ctx: Context) -> None:
     unusable = _unusable(ctx)
     pod_dirs = {d.uid for d in ctx.inv.pod_dirs}
     sandbox_uids = {sb.pod_uid for sb in view.sandboxes} if view is not None and view.reachable else set()
-    min_age = ctx.policy.min_age_seconds
-    young: Callable[[float], bool]
-    if view is not None and view.read_at is not None:
-        horizon = min(min(ctx.now, ctx.photo) - min_age, view.read_at.timestamp() - min_age)
-
-        def young(mtime: float) -> bool:
-            return mtime > horizon
-    else:
-        young = functools.partial(ctx.clock.after, offset=min_age)
+    # Born after the runtime's view was read (less the minimum age): its sandbox may not be in the view.
+    young = functools.partial(ctx.clock.viewed_after, offset=ctx.policy.min_age_seconds)
     for log_dir in ctx.inv.pod_logs:
         pod = ctx.pods.by_uid.get(log_dir.uid)
         cls, state, note = FindingClass.ORPHANED_POD_LOG_DIR, OwnerState.ABSENT, (
@@ -182,8 +175,6 @@ class _Indexes:
     by_netns: dict[str, RuntimeSandbox]
     """Sandboxes by the key of the netns path the runtime reports (where the runtime says it is)."""
     ready_ips: set[str]
-    horizon: float
-    """Anything born after this can be younger than one of the two photographs."""
     who: str
     files_of: dict[tuple[Kind, str], _Tie]
     """The ties of the attachments recorded in files and rules."""
@@ -206,8 +197,6 @@ class _Indexes:
         for c in view.containers:
             if c.state in ("running", "created"):
                 live_containers[c.sandbox_id] += 1
-        photo = min(ctx.now, ctx.photo)
-        read = view.read_at.timestamp() if view.read_at else ctx.now
         files_of, holders = _files(inv)
         known = set(by_id)
         return cls(
@@ -218,7 +207,6 @@ class _Indexes:
             by_netns={k: sb for sb in sorted(view.sandboxes, key=lambda s: s.ready)
                       if (k := netns_key(sb.netns_path))},
             ready_ips={ip for sb in view.sandboxes if sb.ready for ip in (normalize_ip(i) for i in sb.ips) if ip},
-            horizon=min(photo, read) - ctx.policy.min_age_seconds,
             who=f"{view.runtime_name or 'runtime'} {view.runtime_version or ''}".strip(),
             files_of=files_of,
             holders=holders,
@@ -350,7 +338,7 @@ class _Runtime:
             return Finding(cls, Kind.RUNTIME_LEFTOVER, left.path, Owner(container_id=left.id or None),
                            OwnerState.ABSENT, (why, note), sandbox=left.id if residue else None)
 
-        young = left.mtime is None or left.mtime > self.index.horizon
+        young = self.ctx.viewed_young(left.mtime)
         starting = self._starting_without_sandbox(left)
         if left.problem:
             return finding(FindingClass.RUNTIME_LEFTOVER, f"not reclaimed: {left.problem}")
@@ -526,7 +514,7 @@ class _Runtime:
             cls = FindingClass.CONFLICT if f.cls.is_residue else f.cls
             return dataclasses.replace(f, cls=cls, evidence=(*f.evidence, why, note))
         owner = dataclasses.replace(f.owner, container_id=cid)
-        if mtime is None or mtime > self.index.horizon:
+        if self.ctx.viewed_young(mtime):
             note = "younger than the runtime's and the API's photographs allow to judge"
             cls = FindingClass.PROTECTED if f.cls.is_residue or f.cls in (
                 FindingClass.IN_USE, FindingClass.UNKNOWN) else f.cls
@@ -557,7 +545,7 @@ class _Runtime:
             return (f"pod {starting[0].namespace}/{starting[0].name} is starting and the runtime shows no sandbox"
                     " for it yet: this may be its ADD")
         settle = max(self.ctx.policy.add_settle_seconds, self.ctx.policy.min_age_seconds)
-        if mtime is None or mtime >= min(self.ctx.now, self.ctx.photo) - settle:
+        if mtime is None or self.ctx.clock.since(mtime, settle):
             return f"no cache entry yet and younger than {settle:.0f}s: its CNI ADD may still run"
         return None
 
@@ -567,7 +555,7 @@ class _Runtime:
         younger than the ADD settle time may be that sandbox's."""
         starting = [p for p in self.ctx.pods.unsettled if p.uid not in self.index.by_pod]
         settle = max(self.ctx.policy.add_settle_seconds, self.ctx.policy.min_age_seconds)
-        if not starting or (left.mtime is not None and left.mtime < min(self.ctx.now, self.ctx.photo) - settle):
+        if not starting or (left.mtime is not None and self.ctx.clock.before(left.mtime, settle)):
             return None
         return (f"pod {starting[0].namespace}/{starting[0].name} is starting and the runtime shows no sandbox for"
                 " it yet: this may be its RunPodSandbox")
@@ -586,7 +574,7 @@ class _Runtime:
                       container_id=sb.id)
         state = pod.state if pod is not None else OwnerState.ABSENT
         made = sb.created_at.timestamp() if sb.created_at else None
-        young = made is None or made > self.index.horizon
+        young = self.ctx.viewed_young(made)
         evidence: tuple[str, ...] = (f"sandbox {short(sb.id)} of {owner.label()} is "
                                      f"{'READY' if sb.ready else 'NotReady'} in {self.index.who}",)
         def finding(cls: FindingClass, *notes: str, sandbox: str | None = None) -> Finding:

@@ -165,8 +165,11 @@ class RuntimeReader:
     def _read(self, read_at: datetime) -> RuntimeView:
         client = self.client()
         version = client.version()
-        listed = client.list_sandboxes()
-        containers = tuple(_container(c) for c in client.list_containers())
+        # By id: the runtime lists from a map (containerd: in no stable order), and a view that shows the
+        # same sandboxes and containers compares equal to the last one (planning.remembered takes its
+        # correlation again).
+        listed = sorted(client.list_sandboxes(), key=lambda item: str(item.id))
+        containers = tuple(sorted((_container(c) for c in client.list_containers()), key=lambda c: c.id))
         sandboxes: list[RuntimeSandbox] = []
         keep: set[tuple[str, int, bool]] = set()
         for item in listed:
