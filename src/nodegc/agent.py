@@ -26,7 +26,7 @@ from nodegc.console import require_root
 from nodegc.desired.source import DesiredSource, SourceError
 from nodegc.engine.cycle import CycleReport, Engine
 from nodegc.exitcodes import EXIT_BLOCKED, EXIT_CLEAN, EXIT_ERROR, EXIT_SOURCE, EXIT_USAGE
-from nodegc.hostio.libc import tune_malloc
+from nodegc.hostio.libc import trim_malloc, tune_malloc
 from nodegc.inventory.pod_dirs import pod_dir_watcher
 from nodegc.ledger.store import LedgerError, LedgerLocked
 from nodegc.model.findings import Finding
@@ -157,6 +157,7 @@ def run_loop(
             # Not kept through the wait: the next cycle's scan would otherwise build its inventory and
             # findings while this one's are still alive, and the process's memory is set by that peak.
             del report
+            trim_malloc()
         except LedgerError as e:
             heartbeat.cycle_finished(error=str(e))
             log.error("ledger error; nothing destructive this cycle", error=str(e))

@@ -345,6 +345,12 @@ _CHECKS: dict[str, Callable[[float, float], bool]] = {
 }
 
 
+MAX_DURATION_SECONDS = 10 * 365 * 86400.0
+"""The largest duration a flag or setting takes (ten years): every timeout, interval and wait must fit the
+kernel's and Python's (socket and thread timeouts overflow near 9.2e9 s, and a CRI call given more failed
+with OverflowError instead of timing out)."""
+
+
 def parse_duration(text: str) -> float:
     """Seconds from `90`, `90s`, `1.5m`, `1h30m`, `2d`, `500ms` (Go and kubectl style); ValueError otherwise."""
     s = text.strip()
@@ -356,6 +362,8 @@ def parse_duration(text: str) -> float:
         value = sum(float(n) * _UNITS[u] for n, u in _PART.findall(s))
     if not math.isfinite(value):
         raise ValueError(f"not a finite duration: {text!r}")
+    if value > MAX_DURATION_SECONDS:
+        raise ValueError(f"a duration is at most {MAX_DURATION_SECONDS:.0f}s (ten years): {text!r}")
     return value
 
 

@@ -6,8 +6,9 @@ A node scanned again and again, as the agent does, where the desired state chang
 name-only cache entry gives, under the UID of a pod directory or cache entry of the node; a pod gone, its
 phase or address changed, a static pod's mirror added), the records change now and then (an age moved
 near the minimum age, a record gone, a static pod manifest added or made unreadable), the time steps
-randomly (none, sub-second, the scan interval, stepped back, a photograph from the future) and detect's
-two passes run: whatever the reuse answers is what a correlation from scratch makes.
+randomly (none, sub-second, the scan interval, stepped back, a photograph from the future), the first pass
+sees the namespaces' addresses now and then, and detect's two passes run: whatever the reuse answers is
+what a correlation from scratch makes.
 """
 
 from __future__ import annotations
@@ -52,7 +53,8 @@ def _new_pod(rnd: random.Random, inv: Inventory, pods: list[Pod], n: int) -> Pod
     if roll < 0.3:
         ips = like.pod_ips  # another pod's address
     elif roll < 0.45:
-        ips = (f"10.244.{rnd.randrange(3)}.{rnd.randrange(2, 252)}",)
+        # an address a namespace holds that no cache entry lists (`with_addresses_read`), or any sandbox's
+        ips = (rnd.choice(("192.168.99.1", f"10.244.0.{rnd.randrange(2, 70)}")),)
     elif roll < 0.6 and inv.pod_dirs:  # a pod directory's UID
         uid = rnd.choice(inv.pod_dirs).uid
     elif roll < 0.75 and inv.cni_cache:  # a cache entry's pod, by UID or by name
@@ -129,6 +131,7 @@ def test_verdicts_taken_from_an_earlier_scan_are_fresh_ones_decision_by_decision
     inv, desired = base, scan.desired
     now = NOW.timestamp()
     lag = 0.0
+    read_first = False
     for step in range(70):
         now += rnd.choice(_STEPS)
         when = NOW + timedelta(seconds=now - NOW.timestamp())
@@ -138,8 +141,11 @@ def test_verdicts_taken_from_an_earlier_scan_are_fresh_ones_decision_by_decision
         photo = replace(desired, fetched_at=when - timedelta(seconds=lag))
         if step % 23 == 22:
             policy = replace(policy, min_age_seconds=policy.min_age_seconds + rnd.choice((0.0, 0.5)))
-        found, first = memo.correlate(inv, photo, now=when, policy=policy)
-        assert found == correlate(inv, photo, now=when, policy=policy), step
+        # now and then a first pass that sees the namespaces' addresses (one that read them already)
+        read_first = read_first if rnd.random() < 0.85 else not read_first
+        seen = with_addresses_read(BigScan(inv, photo, scan.unread_netns), seed) if read_first else inv
+        found, first = memo.correlate(seen, photo, now=when, policy=policy)
+        assert found == correlate(seen, photo, now=when, policy=policy), step
         read = with_addresses_read(BigScan(inv, photo, scan.unread_netns), seed + step)
         again, _ = memo.correlate(read, photo, now=when, policy=policy, previous=first)
         assert again == correlate(read, photo, now=when, policy=policy), step

@@ -42,3 +42,20 @@ def test_the_real_mallopt_takes_the_settings(monkeypatch: pytest.MonkeyPatch) ->
         monkeypatch.delenv(name, raising=False)
     assert libc.tune_malloc({"MALLOC_TRIM_THRESHOLD_": (libc.M_TRIM_THRESHOLD, 128 * 1024)}) == [
         "MALLOC_TRIM_THRESHOLD_"]
+
+
+def test_trimming_calls_malloc_trim_where_there_is_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[int] = []
+
+    class Lib:
+        def malloc_trim(self, pad: int) -> int:
+            calls.append(pad)
+            return 1
+
+    monkeypatch.setattr(libc, "libc", Lib)
+    libc.trim_malloc()
+    assert calls == [0]
+    monkeypatch.setattr(libc, "libc", object)
+    libc.trim_malloc()  # another C library: nothing to call, no error
+    monkeypatch.undo()
+    libc.trim_malloc()  # glibc's

@@ -198,6 +198,8 @@ class Engine:
         self._gave_up: frozenset[str] = frozenset()
         """Sandboxes whose removal through the runtime failed repeatedly, as of the last scan."""
         self._unusable: tuple[RuntimeView | None, tuple[Pod, ...], str | None] | None = None
+        self._had_desired = False
+        """Whether this process has had a usable desired state (one `_dated` let through)."""
         self._started: float | None = None
         self._interval: float | None = None
         """The time between the last two cycles' starts: how much older the view will be at the next one."""
@@ -319,7 +321,12 @@ class Engine:
         """A cycle refused before its scan, its desired state unreadable (`source_unavailable`) or too old or
         from the future (`stale_source`): nothing was seen, so nothing is released, closed or begun, and no
         detected item's scans in a row go on across a time in which it was not known which pods exist
-        (`planning.phases.unknown`), as none goes on across a refused proof."""
+        (`planning.phases.unknown`), as none goes on across a refused proof. Not before the process's first
+        usable desired state (a watch not synced yet after a start): streaks are persisted so that a restart
+        does not reset them, and what precedes that first state is the restart's gap, not a gap the process
+        saw open between two of its sightings."""
+        if not self._had_desired:
+            return
         now = self.clock()
         transitions = unknown(self.ledger.items(active_only=True))
         self._persist(transitions, now)
@@ -422,6 +429,7 @@ class Engine:
             # From the future: the wall clock stepped back, so its age says nothing. Wait for fresh data.
             self._block(report, "stale_source", f"desired state is dated {-age:.0f}s in the future")
             return None
+        self._had_desired = True
         return desired
 
     def _scan(self, desired: DesiredState) -> tuple[Inventory, tuple[Finding, ...]]:

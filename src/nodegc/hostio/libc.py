@@ -54,6 +54,8 @@ def libc() -> ctypes.CDLL:
     try:
         lib.mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
         lib.mallopt.restype = ctypes.c_int
+        lib.malloc_trim.argtypes = [ctypes.c_size_t]
+        lib.malloc_trim.restype = ctypes.c_int
     except AttributeError:  # glibc's: another C library's allocator is left as it is
         pass
     return lib
@@ -82,6 +84,14 @@ def tune_malloc(settings: dict[str, tuple[int, int]] | None = None) -> list[str]
         if name not in os.environ and mallopt(param, value) == 1:
             done.append(name)
     return done
+
+
+def trim_malloc() -> None:
+    """Give the free pages inside glibc's heap back to the kernel (malloc_trim(0)): what a cycle freed between
+    blocks still in use stays resident otherwise (about 0.5 MiB of the agent's between cycles)."""
+    trim = getattr(libc(), "malloc_trim", None)
+    if trim is not None:
+        trim(0)
 
 
 def _error(filename: str | bytes | os.PathLike[str]) -> OSError:

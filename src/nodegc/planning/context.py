@@ -176,6 +176,11 @@ class Earlier:
     kubelet: tuple[Finding, ...]
     """The kubelet domain's findings, and what they asked of the time."""
     kubelet_clock: Clock
+    network: object | None = None
+    """The network domain's pass (`planning.network.NetworkPass`) of a correlation's first pass."""
+    claims: dict[str, list[Pod]] = field(default_factory=dict)
+    terminal_claims: dict[str, list[Pod]] = field(default_factory=dict)
+    pending_note: str | None = None
 
 
 def same_policy(a: CorrelationPolicy, b: CorrelationPolicy) -> bool:

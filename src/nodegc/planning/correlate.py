@@ -45,7 +45,10 @@ class Correlation:
             return None
         return Earlier(inv=ctx.inv, node=ctx.desired.node, policy=ctx.policy, by_uid=ctx.pods.by_uid,
                        by_name=ctx.pods.by_name, resolutions=ctx.resolutions, mirrored=tuple(ctx.mirrored),
-                       unmirrored=tuple(ctx.unmirrored), kubelet=self.kubelet, kubelet_clock=self.kubelet_clock)
+                       unmirrored=tuple(ctx.unmirrored), kubelet=self.kubelet, kubelet_clock=self.kubelet_clock,
+                       network=self.network if self.network.clock is not None else None,
+                       claims=ctx.pods.claims, terminal_claims=ctx.pods.terminal_claims,
+                       pending_note=ctx.pending_note())
 
 
 def correlate(
@@ -82,7 +85,7 @@ def correlation(
     else:
         kubelet_clock = _kubelet(ctx, earlier)
     kubelet = tuple(ctx.findings)
-    network = correlate_network(ctx, reuse.network if reuse is not None else None)
+    network = correlate_network(ctx, reuse.network if reuse is not None else None, earlier)
     correlate_runtime(ctx)
     start = len(ctx.findings)
     if reuse is not None:

@@ -7,9 +7,10 @@ the pod IPs it carries, and only as far as the evidence goes (everything else st
 from __future__ import annotations
 
 import functools
+import operator
 import re
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from nodegc.model.findings import Finding, FindingClass, Owner
@@ -23,7 +24,7 @@ from nodegc.model.resources import (
     NetnsEntry,
     VethLink,
 )
-from nodegc.planning.context import GONE, HOLDING, Context, reclass, short
+from nodegc.planning.context import GONE, HOLDING, Clock, Context, Earlier, reclass, same_policy, short
 from nodegc.planning.owners import Resolution, entry_key, netns_key, normalize_ip
 from nodegc.planning.phases import hostport_rule_id
 
@@ -52,11 +53,52 @@ class NetworkPass:
     """The verdicts on `inv.cni_cache`, `inv.netns` and `inv.veths`, one per record, in order."""
     netns_findings: tuple[Finding, ...] = ()
     veth_findings: tuple[Finding, ...] = ()
+    clock: Clock | None = None
+    """What the verdicts a later scan may take again (`_Again`) asked of the time (None: a second pass)."""
+    once: frozenset[int] = frozenset()
+    """The verdicts (by id) a later scan may not take again: they read the time itself, or facts of the
+    whole node (a reservation or rule no cache entry explains)."""
 
 
-def correlate_network(ctx: Context, previous: NetworkPass | None = None) -> NetworkPass:
+def correlate_network(ctx: Context, previous: NetworkPass | None = None,
+                      earlier: Earlier | None = None) -> NetworkPass:
     """`previous`: the pass of a correlation whose inventory differs from this one's in its namespaces
-    only (`Context.same_but_netns`)."""
+    only (`Context.same_but_netns`). `earlier`: what a correlation of an earlier scan left: its verdicts
+    whose every input is the same are taken again (`_Again`)."""
+    if previous is not None:
+        return _network(ctx, previous, None, None)
+    main = ctx.clock
+    # The verdicts a later scan may take again ask a clock of their own; the others, the correlation's.
+    ctx.clock = part = main.blank()
+    again = _Again.of(ctx, earlier, main, part)
+    try:
+        made = _network(ctx, None, again, _Once(main, part))
+    finally:
+        ctx.clock = main
+    main.merge(part)
+    return made
+
+
+class _Once:
+    """Keeps apart the verdicts a later scan may not take again (`NetworkPass.once`)."""
+
+    def __init__(self, main: Clock, part: Clock) -> None:
+        self.main, self.part = main, part
+        self.ids: set[int] = set()
+
+    def judged(self, ctx: Context, before: int) -> None:
+        """The verdict just added at `before`: one that read the time itself is made once (and the
+        correlation reads the exact time)."""
+        if self.part.exact:
+            self.part.exact = False
+            self.main.exact = True
+            self.ids.add(id(ctx.findings[before]))
+
+    def whole_node(self, ctx: Context, before: int) -> None:
+        self.ids.add(id(ctx.findings[before]))
+
+
+def _network(ctx: Context, previous: NetworkPass | None, again: _Again | None, once: _Once | None) -> NetworkPass:
     if previous is None:
         for r in ctx.inv.ip_reservations:
             ctx.network_ips[r.network].add(r.ip)
@@ -67,9 +109,13 @@ def correlate_network(ctx: Context, previous: NetworkPass | None = None) -> Netw
     start = len(ctx.findings)
     if previous is None:
         reserved_ips = {r.ip for r in ctx.inv.ip_reservations}
-        for reservation in ctx.inv.ip_reservations:
-            _reservation(ctx, reservation, reserved_ips)
+        for i, reservation in enumerate(ctx.inv.ip_reservations):
+            _reservation_once(ctx, i, reservation, reserved_ips, again=again, once=once)
+        before = len(ctx.findings)
         _status_conflicts(ctx, reserved_ips)
+        if once is not None:
+            for i in range(before, len(ctx.findings)):
+                once.whole_node(ctx, i)
     else:
         ctx.findings.extend(previous.reservations)
         ctx.reservations_by_cid.update(previous.reservations_by_cid)
@@ -78,28 +124,44 @@ def correlate_network(ctx: Context, previous: NetworkPass | None = None) -> Netw
     # one it reads may be another key's, so nothing of the namespaces is taken then.
     changed = (_changed_keys(previous, ctx) if previous is not None
                and len({e.path for e in ctx.inv.cni_cache}) == len(ctx.inv.cni_cache) else None)
-    cache_findings = _cache_entries(ctx, previous, changed)
-    netns_findings = _namespaces(ctx, previous, changed)
-    veth_findings = _veths(ctx, previous)
+    cache_findings = _cache_entries(ctx, previous, changed, again, once)
+    netns_findings = _namespaces(ctx, previous, changed, again, once)
+    veth_findings = _veths(ctx, previous, again)
     start = len(ctx.findings)
     if previous is None:
+        index = 0
         for chain in ctx.inv.chains:
-            _by_container(ctx, Kind.IPTABLES_CHAIN, chain.name, chain.container_id, chain.network)
+            _rule_once(ctx, index, Kind.IPTABLES_CHAIN, chain.name, container_id=chain.container_id,
+                       network=chain.network, again=again, once=once)
+            index += 1
         for rule in ctx.inv.hostport_rules:
-            _by_container(ctx, Kind.HOSTPORT_RULE, _rule_id(rule), rule.container_id, rule.network)
+            _rule_once(ctx, index, Kind.HOSTPORT_RULE, _rule_id(rule), container_id=rule.container_id,
+                       network=rule.network, again=again, once=once)
+            index += 1
     else:
         ctx.findings.extend(previous.rules)
     return NetworkPass(reservations, dict(ctx.reservations_by_cid), tuple(ctx.findings[start:]),
                        network_ips=dict(ctx.network_ips), chain_ips=dict(ctx.chain_ips), netns=ctx.inv.netns,
                        netns_by_key=ctx.netns_by_key, netns_unreadable=ctx.netns_unreadable,
                        netns_class=dict(ctx.netns_class), cache_findings=cache_findings,
-                       netns_findings=netns_findings, veth_findings=veth_findings)
+                       netns_findings=netns_findings, veth_findings=veth_findings,
+                       clock=once.part if once is not None else None,
+                       once=frozenset(once.ids) if once is not None else frozenset())
 
 
-def _cache_entries(ctx: Context, previous: NetworkPass | None, changed: set[str] | None) -> tuple[Finding, ...]:
+def _cache_entries(ctx: Context, previous: NetworkPass | None, changed: set[str] | None,
+                   again: _Again | None = None, once: _Once | None = None) -> tuple[Finding, ...]:
     """A verdict per cache entry; the previous pass's where no key the entry's netns path reads changed."""
     start = len(ctx.findings)
-    if previous is None or changed is None:
+    if previous is None and once is not None:
+        for i, entry in enumerate(ctx.inv.cni_cache):
+            if again is not None and (taken := again.cache_entry(i, entry)) is not None:
+                ctx.add(taken)
+            else:
+                at = len(ctx.findings)
+                _cache_entry(ctx, entry)
+                once.judged(ctx, at)
+    elif previous is None or changed is None:
         for entry in ctx.inv.cni_cache:
             _cache_entry(ctx, entry)
     else:
@@ -115,11 +177,20 @@ def _cache_entries(ctx: Context, previous: NetworkPass | None, changed: set[str]
     return made
 
 
-def _namespaces(ctx: Context, previous: NetworkPass | None, changed: set[str] | None) -> tuple[Finding, ...]:
+def _namespaces(ctx: Context, previous: NetworkPass | None, changed: set[str] | None,
+                again: _Again | None = None, once: _Once | None = None) -> tuple[Finding, ...]:
     start = len(ctx.findings)
     aligned = previous is not None and len(previous.netns) == len(ctx.inv.netns)
     for i, ns in enumerate(ctx.inv.netns):
-        if previous is None or changed is None or not aligned or _netns_changed(ns, previous.netns[i], changed):
+        if once is not None:
+            taken = again.netns(i, ns) if again is not None else None
+            if taken is not None:
+                finding = ctx.add(taken)
+            else:
+                at = len(ctx.findings)
+                finding = _netns(ctx, ns)
+                once.judged(ctx, at)
+        elif previous is None or changed is None or not aligned or _netns_changed(ns, previous.netns[i], changed):
             finding = _netns(ctx, ns)
         else:
             finding = ctx.add(previous.netns_findings[i])
@@ -127,10 +198,17 @@ def _namespaces(ctx: Context, previous: NetworkPass | None, changed: set[str] | 
     return tuple(ctx.findings[start:])
 
 
-def _veths(ctx: Context, previous: NetworkPass | None) -> tuple[Finding, ...]:
-    """A veth follows its peer's namespace: the previous verdict stands while that namespace's does."""
+def _veths(ctx: Context, previous: NetworkPass | None, again: _Again | None = None) -> tuple[Finding, ...]:
+    """A veth follows its peer's namespace: the previous verdict stands while that namespace's does (and
+    an earlier scan's, for the same record, while that scan's verdict on the namespace is the one here)."""
     start = len(ctx.findings)
-    if previous is None:
+    if previous is None and again is not None:
+        for i, link in enumerate(ctx.inv.veths):
+            if (taken := again.veth(i, link)) is not None:
+                ctx.add(taken)
+            else:
+                _veth(ctx, link)
+    elif previous is None:
         for link in ctx.inv.veths:
             _veth(ctx, link)
     else:
@@ -141,6 +219,160 @@ def _veths(ctx: Context, previous: NetworkPass | None) -> tuple[Finding, ...]:
             else:
                 _veth(ctx, link)
     return tuple(ctx.findings[start:])
+
+
+def _reservation_once(ctx: Context, i: int, r: IPReservation, reserved_ips: set[str], *, again: _Again | None,
+                      once: _Once | None) -> None:
+    if again is not None and (taken := again.reservation(i, r)) is not None:
+        ctx.add(taken)
+        if r.container_id:
+            ctx.reservations_by_cid[r.container_id].append((r, taken))
+        return
+    before = len(ctx.findings)
+    _reservation(ctx, r, reserved_ips)
+    if once is not None:
+        once.judged(ctx, before)
+        if r.container_id and not ctx.cache.by_container.get(r.container_id):
+            once.whole_node(ctx, before)  # no cache entry explains it: the whole node's facts decide
+
+
+def _rule_once(ctx: Context, i: int, kind: Kind, ident: str, *, container_id: str | None,
+               network: str | None, again: _Again | None, once: _Once | None) -> None:
+    if again is not None and (taken := again.rule(i, container_id, network)) is not None:
+        ctx.add(taken)
+        return
+    before = len(ctx.findings)
+    _by_container(ctx, kind, ident, container_id, network)
+    if once is not None:
+        once.judged(ctx, before)
+        if container_id and not _cache_for(ctx, container_id, network):
+            once.whole_node(ctx, before)  # follows reservations and the whole node's facts
+
+
+def _same_pods(now: Sequence[Pod], then: Sequence[Pod]) -> bool:
+    return len(now) == len(then) and all(map(operator.is_, now, then))
+
+
+class _Again:
+    """The verdicts of the first pass of an earlier scan (`Earlier`) that this one takes again: each for the
+    record at the same place of the same records, when everything it reads is the same. What a verdict
+    reads of the pods is a few lookups (the owners the cache entries resolved to, which are the very same
+    objects when they looked up the very same pods; the pods whose status claims the addresses it names);
+    a verdict that reads a fact of the whole node (a reservation or rule no cache entry explains, the
+    conflicts of pod status) or the time itself is never taken again (`NetworkPass.once`). The time: every
+    verdict that may be taken again asked a clock of its own, which must answer alike now (and carries on)."""
+
+    def __init__(self, ctx: Context, earlier: Earlier, network: NetworkPass) -> None:
+        self.ctx, self.then, self.net = ctx, earlier, network
+        self.once = network.once
+        self.cache_then = {f.id: f for f in network.cache_findings}
+        self.pending_same = ctx.pending_note() == earlier.pending_note
+        self.static_same = (ctx.desired.node == earlier.node and tuple(ctx.mirrored) == earlier.mirrored
+                            and tuple(ctx.unmirrored) == earlier.unmirrored)
+
+    @classmethod
+    def of(cls, ctx: Context, earlier: Earlier | None, main: Clock, part: Clock) -> _Again | None:
+        """The verdicts to take again from `earlier`, if its records of every network kind and its policy
+        are the same and the time answers its verdicts' questions alike."""
+        network = earlier.network if earlier is not None else None
+        if earlier is None or not isinstance(network, NetworkPass) or network.clock is None:
+            return None
+        inv, then = ctx.inv, earlier.inv
+        if not (same_policy(ctx.policy, earlier.policy) and network.clock.answers_as(main)
+                and ctx.netns_unreadable == network.netns_unreadable
+                and all(getattr(inv, name) == getattr(then, name) for name in _NETWORK_READS)):
+            return None
+        part.merge(network.clock)
+        return cls(ctx, earlier, network)
+
+    def _resolved_alike(self, entries: Iterable[CNICacheEntry]) -> bool:
+        now, then = self.ctx.resolutions, self.then.resolutions
+        return all(now.get(e.path) is then.get(e.path) for e in entries)
+
+    def _claims_alike(self, ips: Iterable[str]) -> bool:
+        now, then = self.ctx.pods.claims, self.then.claims
+        return all(_same_pods(now.get(ip, ()), then.get(ip, ())) for ip in ips)
+
+    def _terminal_alike(self, ips: Iterable[str]) -> bool:
+        now, then = self.ctx.pods.terminal_claims, self.then.terminal_claims
+        return all(_same_pods(now.get(ip, ()), then.get(ip, ())) for ip in ips)
+
+    def _held_alike(self, key: str | None) -> bool:
+        """What `_netns_held` reads of a key: its record (the same records: the same one), the entries
+        naming it (the same), the pods claiming its addresses."""
+        ns = self.ctx.netns_by_key.get(key) if key else None
+        return ns is None or self._claims_alike(ns.addresses)
+
+    def _taken(self, found: Finding) -> Finding | None:
+        return None if id(found) in self.once else found
+
+    def reservation(self, i: int, r: IPReservation) -> Finding | None:
+        found = self.net.reservations[i] if i < len(self.net.reservations) else None
+        if found is None or found.kind is not Kind.IP_RESERVATION or found.id != f"{r.network}/{r.ip}":
+            return None
+        if r.container_id is None:
+            return self._taken(found)
+        entries = _cache_for(self.ctx, r.container_id, r.network)
+        if not entries or not self._resolved_alike(entries) or not self._claims_alike((r.ip,)):
+            return None
+        return self._taken(found)
+
+    def cache_entry(self, i: int, entry: CNICacheEntry) -> Finding | None:
+        found = self.net.cache_findings[i]
+        res = self.ctx.owner_of(entry)
+        if res is not self.then.resolutions.get(entry.path):
+            return None
+        if res.state is OwnerState.ABSENT and not self.static_same:
+            return None
+        if res.state in GONE:
+            key = netns_key(entry.netns)
+            if not self._claims_alike(entry.ips):
+                return None
+            if key is not None and not (self._resolved_alike(self.ctx.cache.by_netns.get(key, ()))
+                                        and self._held_alike(key)):
+                return None
+        return self._taken(found)
+
+    def netns(self, i: int, ns: NetnsEntry) -> Finding | None:
+        found = self.net.netns_findings[i]
+        key = entry_key(ns)
+        entries = self.ctx.cache.by_netns.get(key, [])
+        if entries:
+            if not self._resolved_alike(entries):
+                return None
+            cache_now = self.ctx.cache_findings
+            if not all(cache_now.get(e.path) is self.cache_then.get(e.path) for e in entries):
+                return None
+            if not any(self.ctx.owner_of(e).state in HOLDING for e in entries) and not (
+                    self._claims_alike([ip for e in entries for ip in e.ips]) and self._held_alike(key)):
+                return None
+        elif ns.mounted and not (self.pending_same and self._claims_alike(ns.addresses)
+                                 and self._terminal_alike(ns.addresses)):
+            return None
+        return self._taken(found)
+
+    def veth(self, i: int, link: VethLink) -> Finding | None:
+        peer = link.peer_netns_path or ""
+        if self.ctx.netns_class.get(peer) is not self.net.netns_class.get(peer):
+            return None
+        return self.net.veth_findings[i]
+
+    def rule(self, i: int, container_id: str | None, network: str | None) -> Finding | None:
+        found = self.net.rules[i]
+        if not container_id:
+            return self._taken(found)
+        entries = _cache_for(self.ctx, container_id, network)
+        if not entries or not self._resolved_alike(entries):
+            return None
+        res = _resolve_container(self.ctx, container_id, network)
+        if res is not None and res.state in GONE and not self._claims_alike(
+                [*(ip for e in entries for ip in e.ips), *self.ctx.chain_ips.get(container_id, ())]):
+            return None
+        return self._taken(found)
+
+
+_NETWORK_READS = ("ip_reservations", "cni_cache", "netns", "veths", "chains", "hostport_rules")
+"""The records the network domain judges (with their namespaces' addresses and read problems)."""
 
 
 def _changed_keys(previous: NetworkPass, ctx: Context) -> set[str]:

@@ -7,7 +7,7 @@ steps resumes from the ledger without repeating or skipping a step.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from nodegc import defaults
@@ -213,6 +213,37 @@ def reconcile(
 ) -> list[Transition]:
     """Detect and mark: fold one scan into the items. An item the scan's read problems may hide is not
     seen absent: its absence proves nothing and it is not closed."""
+
+    def residue(f: Finding, item: Item | None, identity: Identity) -> Transition:
+        if item is None or item.phase.final or item.identity != identity:
+            fresh = _new_item(f, identity, now)
+            why = "identity changed: a different resource now" if item and not item.phase.final else (
+                f"seen orphaned: {f.cls.value}")
+            return _mark_if_due(fresh, item.phase if item else None, why, now, policy)
+        if item.phase is Phase.DETECTED:
+            # A count of 0 is a streak broken (sent back, identity changed, a refused proof): it starts again
+            # here, its grace counted from this sighting.
+            updated = dataclasses.replace(item, orphan_count=item.orphan_count + 1, last_seen=now,
+                                          first_seen=item.first_seen if item.orphan_count else now,
+                                          finding_class=f.cls.value)
+            return _mark_if_due(updated, item.phase, "still orphaned", now, policy)
+        if item.phase is Phase.CLEANED:
+            attempts = item.attempts + 1
+            failed = dataclasses.replace(item, phase=Phase.FAILED, last_seen=now, attempts=attempts,
+                                         last_error="still present after clean",
+                                         next_attempt=now + policy.backoff(attempts))
+            return Transition(failed, item.phase, "confirm: still present after clean")
+        return Transition(dataclasses.replace(item, last_seen=now, orphan_count=item.orphan_count + 1),
+                          item.phase, "still orphaned")
+
+    return _fold(items, findings, idents, now=now, blind=blind, residue=residue)
+
+
+def _fold(items: Mapping[str, Item], findings: Iterable[Finding], idents: Mapping[str, Identity], *, now: float,
+          blind: Blind, residue: Callable[[Finding, Item | None, Identity], Transition | None]) -> list[Transition]:
+    """One scan folded into the items, by `reconcile` and `refused` alike: an item no longer residue is
+    released, a residue finding's item goes where `residue(finding, item, identity)` says (None: nowhere),
+    and an item whose resource the scan did not show is closed unless its read problems may hide it."""
     out: list[Transition] = []
     seen: set[str] = set()
     """The items' keys the scan found (only those: a scan of 1,000 pods makes thousands of findings)."""
@@ -221,33 +252,13 @@ def reconcile(
         item = items.get(key)
         if item is not None:
             seen.add(key)
-        identity = idents.get(key, ())
         if not f.cls.is_residue:
             if item is not None and item.phase in _ACTIVE:
                 out.append(_released(item, f, now))
             continue
-        if item is None or item.phase.final or item.identity != identity:
-            fresh = _new_item(f, identity, now)
-            why = "identity changed: a different resource now" if item and not item.phase.final else (
-                f"seen orphaned: {f.cls.value}")
-            out.append(_mark_if_due(fresh, item.phase if item else None, why, now, policy))
-            continue
-        if item.phase is Phase.DETECTED:
-            # A count of 0 is a streak broken (sent back, identity changed, a refused proof): it starts again
-            # here, its grace counted from this sighting.
-            updated = dataclasses.replace(item, orphan_count=item.orphan_count + 1, last_seen=now,
-                                          first_seen=item.first_seen if item.orphan_count else now,
-                                          finding_class=f.cls.value)
-            out.append(_mark_if_due(updated, item.phase, "still orphaned", now, policy))
-        elif item.phase is Phase.CLEANED:
-            attempts = item.attempts + 1
-            failed = dataclasses.replace(item, phase=Phase.FAILED, last_seen=now, attempts=attempts,
-                                         last_error="still present after clean",
-                                         next_attempt=now + policy.backoff(attempts))
-            out.append(Transition(failed, item.phase, "confirm: still present after clean"))
-        else:
-            out.append(Transition(dataclasses.replace(item, last_seen=now, orphan_count=item.orphan_count + 1),
-                                  item.phase, "still orphaned"))
+        t = residue(f, item, idents.get(key, ()))
+        if t is not None:
+            out.append(t)
     out += _closed(items, seen, now=now, blind=blind)
     return out
 
@@ -286,27 +297,18 @@ def refused(
     detected item's scans in a row drop to 0 (the next sighting counts 1 and starts its grace again), and a
     resource whose identity changed begins again at 0. Marked, failed, terminating and cleaned items that
     are still residue stay as they are: terminate re-verifies them on a proven view before anything."""
-    out: list[Transition] = []
-    seen: set[str] = set()
-    for f in findings:
-        key = item_key(f.kind, f.id)
-        seen.add(key)
-        item = items.get(key)
+
+    def residue(f: Finding, item: Item | None, identity: Identity) -> Transition | None:
         if item is None or item.phase.final:
-            continue
-        if not f.cls.is_residue:
-            if item.phase in _ACTIVE:
-                out.append(_released(item, f, now))
-            continue
-        identity = idents.get(key, ())
+            return None
         if item.identity != identity:
             fresh = dataclasses.replace(_new_item(f, identity, now), orphan_count=0)
-            out.append(Transition(fresh, item.phase, f"identity changed: a different resource now; {STREAK_BROKEN}"))
-        elif item.phase is Phase.DETECTED and item.orphan_count:
-            out.append(Transition(dataclasses.replace(item, orphan_count=0, last_seen=now), item.phase,
-                                  STREAK_BROKEN))
-    out += _closed(items, seen, now=now, blind=blind)
-    return out
+            return Transition(fresh, item.phase, f"identity changed: a different resource now; {STREAK_BROKEN}")
+        if item.phase is Phase.DETECTED and item.orphan_count:
+            return Transition(dataclasses.replace(item, orphan_count=0, last_seen=now), item.phase, STREAK_BROKEN)
+        return None
+
+    return _fold(items, findings, idents, now=now, blind=blind, residue=residue)
 
 
 UNKNOWN_STREAK_BROKEN = "the desired state was unknown (unreadable or stale): its scans in a row start again"

@@ -11,7 +11,9 @@ changed, a record that grew old enough to judge, an evidence text that names an 
 A correlation made anew still takes from the last one made (`planning.context.Earlier`) every verdict whose
 inputs are provably the same: the owners of cache entries that look up the very same pods, and the kubelet
 domain's verdicts when its records, the pods of its directories' UIDs, the static pods and the policy are
-the same and the time answers its questions alike (a node whose pods change every cycle).
+the same and the time answers its questions alike, and, when the network records are the same, each
+network verdict whose lookups find the very same owners and claimants (`planning.network._Again`): a node
+whose pods change every cycle.
 """
 
 from __future__ import annotations
@@ -79,7 +81,8 @@ class Correlations:
                 self.taken_again += 1
                 return one.findings, None
         made = correlation(inventory, desired, now=now, policy=policy, previous=previous, earlier=self._earlier)
-        self._earlier = made.earlier()
+        if made.network.clock is not None or self._earlier is None:  # a first pass: the next scan's first is like it
+            self._earlier = made.earlier()
         self.reused += made.context.reused
         # A copy: what the context's clock is asked from now on (nothing, as it is) is not this correlation's.
         one = _Kept(inventory, desired, policy, made.context.clock.copy(), made.findings)

@@ -8,6 +8,7 @@ in which the desired state was unknown, and the restarts are counted (`nodegc_st
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
@@ -160,3 +161,32 @@ def test_a_proof_refused_every_k_cycles_never_marks_and_says_so() -> None:
         assert all(i.phase is Phase.DETECTED for i in ledger.items().values())
     assert metrics.registry.get_sample_value("nodegc_streaks_restarted_total", {"reason": "view_not_current"}) == 8
     assert metrics.registry.get_sample_value("nodegc_items_marked_total", {"kind": "pod_dir"}) == 0
+
+
+def test_a_restart_whose_watch_has_not_synced_yet_keeps_the_persisted_streak(tmp_path: Path) -> None:
+    """Streaks are persisted so that a restart does not reset them (the design's rule): the cycles of a new
+    process before its first usable desired state (the pod watch still listing) are the restart's gap, and
+    restart nothing; once the process has had one, an unknown desired state restarts them again."""
+    clock, db = Clock(), tmp_path / "ledger.db"
+
+    def scan(_roots: Roots, _opts: ScanOptions) -> Inventory:
+        return Inventory(taken_at=clock.at(), pod_dirs=(pod_dir("u-web"), pod_dir("u-dead")))
+
+    def counts(modes: list[str]) -> list[int | None]:
+        source = Source(clock)
+        out: list[int | None] = []
+        with Ledger(db) as ledger:
+            engine = Engine(roots=Roots(), source=source, ledger=ledger, executor=DryRunExecutor(),
+                            settings=EngineSettings(phases=PhasePolicy(consecutive_scans=5, grace_seconds=GRACE),
+                                                    correlation=CorrelationPolicy(min_age_seconds=0)),
+                            clock=clock, scanner=scan, boot_clock=lambda: None)
+            for mode in modes:
+                source.mode = mode
+                engine.cycle()
+                item = next((i for i in ledger.items().values() if i.kind is Kind.POD_DIR), None)
+                out.append(item.orphan_count if item else None)
+                clock.t += INTERVAL
+        return out
+
+    assert counts(["ok", "ok"]) == [1, 2]
+    assert counts(["unavailable", "unavailable", "ok", "unavailable", "ok"]) == [2, 2, 3, 0, 1]
