@@ -14,7 +14,10 @@ process's start-up objects are frozen out of the cyclic collector (`gc.freeze`) 
   `scan_seconds_without_pod_dir_watch` is the steady scan without the watch (as `nodegc scan` would
   scan again and again); `scan_seconds_desired_changed` is the steady scan with one more pod (a new
   UID, nothing of it on the node) in the desired state each time, so no correlation is taken again: what
-  a node whose pods change every cycle pays;
+  a node whose pods change every cycle pays (a correlation made anew takes from the scan before the
+  verdicts whose inputs are the same: `desired_changed_verdicts_taken_from_earlier` counts them), and
+  `scan_seconds_desired_changed_without_earlier` the same scan taking nothing from the scan before
+  (`Correlations.from_earlier` off), interleaved with it;
 - `bare_reads_seconds`: in the same run, the reads a scan cannot avoid (mountinfo, the directory
   listings, one netlink link dump, one iptables-save), and `scan_over_bare`, the ratio of the two;
   `bare_reads_with_files_seconds` adds what a scan must read beyond listing (every reservation and
@@ -102,6 +105,20 @@ def timed(fn: Callable[[], object], repeat: int) -> float:
         fn()
         samples.append(time.perf_counter() - start)
     return statistics.median(samples)
+
+
+def interleaved(scan: Callable[[bool], None], repeat: int) -> tuple[float, float]:
+    """The median of `scan(True)` and of `scan(False)`, interleaved (each pair in the other order, so both
+    see the same machine load), each after an untimed one of its own kind (the scan before it)."""
+    samples: dict[bool, list[float]] = {True: [], False: []}
+    for i in range(repeat):
+        for flag in (True, False) if i % 2 == 1 else (False, True):
+            scan(flag)
+            start = time.perf_counter()
+            scan(flag)
+            samples[flag].append(time.perf_counter() - start)
+    REMEMBERED.from_earlier = True
+    return statistics.median(samples[True]), statistics.median(samples[False])
 
 
 def _read_tree(path: Path, depth: int) -> None:
@@ -287,11 +304,12 @@ def measure(pods: int, repeat: int, runtime_sandboxes: int = 0, runtime_ready: i
         def scan(options: ScanOptions = AGENT_SCAN) -> None:
             detect(scan_node(node.roots, options), desired, now=datetime.now(UTC), policy=policy)
 
-        def changed_scan() -> None:
+        def changed_scan(from_earlier: bool = True) -> None:
             extra = dataclasses.replace(desired.pods[0], uid=str(uuid.uuid4()),
                                         name=f"extra-{uuid.uuid4().hex[:8]}", static_uid=None)
             other = dataclasses.replace(desired, pods=(*desired.pods, extra))
             taken = REMEMBERED.taken_again
+            REMEMBERED.from_earlier = from_earlier  # back to True at the end of `interleaved`
             detect(scan_node(node.roots, AGENT_SCAN), other, now=datetime.now(UTC), policy=policy)
             assert REMEMBERED.taken_again == taken, "a correlation of another desired state was taken again"
 
@@ -311,7 +329,8 @@ def measure(pods: int, repeat: int, runtime_sandboxes: int = 0, runtime_ready: i
         scan_s = timed(scan, repeat)
         taken_again = REMEMBERED.taken_again - taken_before
         unwatched_s = timed(lambda: scan(unwatched), repeat)
-        changed_s = timed(changed_scan, repeat)
+        reused = REMEMBERED.reused
+        changed_s, without_earlier_s = interleaved(changed_scan, repeat)
         bare_s = timed(lambda: bare_reads(node), repeat)
         files_s = timed(lambda: bare_reads_with_files(node), repeat)
         inventory, findings = detect(scan_node(node.roots, AGENT_SCAN), desired, now=datetime.now(UTC), policy=policy)
@@ -331,6 +350,9 @@ def measure(pods: int, repeat: int, runtime_sandboxes: int = 0, runtime_ready: i
             "scan_over_bare": round(scan_s / bare_s, 2),
             "scan_seconds_desired_changed": round(changed_s, 4),
             "desired_changed_over_bare": round(changed_s / bare_s, 2),
+            "desired_changed_verdicts_taken_from_earlier": f"{REMEMBERED.reused - reused} in {2 * repeat} scans",
+            "scan_seconds_desired_changed_without_earlier": round(without_earlier_s, 4),
+            "desired_changed_without_earlier_over_bare": round(without_earlier_s / bare_s, 2),
             "cold_scan_seconds": round(cold_s, 4),
             "cold_scan_over_bare": round(cold_s / bare_s, 2),
             "scan_seconds_without_pod_dir_watch": round(unwatched_s, 4),

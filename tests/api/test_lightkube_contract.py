@@ -132,9 +132,9 @@ def test_a_raw_list_page_is_the_request_lightkube_would_send(api: FakeKubeAPI, c
     api.add_pod({**pod("a"), "spec": {"nodeName": "node-a", "containers": [{"name": "app"}]}})  # lightkube's models
     # want containers
     list(client.list(Pod, namespace=lightkube.ALL_NS, chunk_size=7, fields={"spec.nodeName": "node-a"}))
-    body = RawReads(client).list_page(Pod, namespace=lightkube.ALL_NS,
-                                      params={"limit": 7, "fieldSelector": "spec.nodeName=node-a", "absent": None})
-    assert [o["metadata"]["name"] for o in json.loads(body)["items"]] == ["a"]
+    params = {"limit": 7, "fieldSelector": "spec.nodeName=node-a", "absent": None}
+    with RawReads(client).list_page(Pod, namespace=lightkube.ALL_NS, params=params) as body:
+        assert [o["metadata"]["name"] for o in json.loads(bytes(body))["items"]] == ["a"]
     theirs, ours = api.recorded(path_prefix="/api/v1/pods")
     assert (ours.method, ours.path, ours.query) == (theirs.method, theirs.path, theirs.query)
     assert ours.headers["authorization"] == theirs.headers["authorization"] == f"Bearer {api.token}"
@@ -150,3 +150,42 @@ def test_a_raw_get_fails_as_lightkubes_get_fails(api: FakeKubeAPI, client: light
     assert ours.value.status.code == theirs.value.status.code == 404
     first, second = api.recorded(path_prefix="/api/v1/namespaces/default/pods/gone")
     assert (first.method, first.path, first.query) == (second.method, second.path, second.query)
+
+
+def test_a_raw_list_page_larger_than_its_first_map_arrives_whole(api: FakeKubeAPI, client: lightkube.Client) -> None:
+    """A page's body lives in a memory map of its own that grows as the body arrives (several times here):
+    every byte comes back, in order, through `view()` and `bytes()`, and the map is gone at the end."""
+    filler = "x" * 5000
+    names = [f"p{i:04d}" for i in range(900)]  # about 4.6 MB: three doublings of the 1 MiB map
+    for name in names:
+        api.add_pod({**pod(name), "metadata": {**pod(name)["metadata"], "annotations": {"filler": filler}}})
+    with RawReads(client).list_page(Pod, namespace=lightkube.ALL_NS, params={"limit": 1000}) as body:
+        assert len(body) > 4 * streaming.Body.INITIAL
+        whole = bytes(body)
+        assert len(whole) == len(body)
+        assert bytes(body.view()) == whole
+        items = json.loads(whole)["items"]
+    assert [o["metadata"]["name"] for o in items] == names
+    assert {o["metadata"]["annotations"]["filler"] for o in items} == {filler}
+    with pytest.raises(ValueError, match="closed"):
+        body.view()
+
+
+def test_a_body_is_unmapped_when_its_reading_fails(monkeypatch: pytest.MonkeyPatch, api: FakeKubeAPI,
+                                                   client: lightkube.Client) -> None:
+    """A list page that fails half-way (here: the read times out) leaves no map behind."""
+    made: list[streaming.Body] = []
+    real = streaming.Body.__init__
+
+    def tracked(self: streaming.Body) -> None:
+        real(self)
+        made.append(self)
+
+    monkeypatch.setattr(streaming.Body, "__init__", tracked)
+    monkeypatch.setattr(streaming, "BODY_TIMEOUTS", 0)  # any chunk arrives past the whole body's deadline
+    api.add_pod(pod("a"))
+    with pytest.raises(httpx2.ReadTimeout):
+        RawReads(client).list_page(Pod, namespace=lightkube.ALL_NS, params={"limit": 10})
+    assert len(made) == 1
+    with pytest.raises(ValueError, match="closed"):
+        made[0].view()

@@ -240,6 +240,7 @@ def test_a_bundles_cgroups_are_removed_only_as_its_containers_and_only_when_empt
         assert not isinstance(refused, str) and not refused.ok, odd
     assert _remove_cgroups(cid, f"kubepods.slice:cri-containerd:{cid}", mounts=mounts, cgroup_root=root) == ""
     assert _remove_cgroups(cid, None, mounts=mounts, cgroup_root=root) == ""
+    assert _remove_cgroups(cid, f"pods/pod1/{cid}", mounts=mounts, cgroup_root=root) == ""  # relative: not ours
 
     # A symlink on the way is not followed.
     target = tmp_path / "target" / "pod1" / cid
@@ -277,3 +278,10 @@ def test_runcs_state_is_kept_while_the_init_it_names_runs(tmp_path: Path) -> Non
     assert not state.exists()
     assert _remove_runc_state(cid, tmp_path / "runc", proc_root=proc, timeout=5.0) == ""
     assert _remove_runc_state(cid, tmp_path / "nothing", proc_root=proc, timeout=5.0) == ""
+    # A symlink at the state's place is never followed: its target stays.
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "keep").write_text("x")
+    state.symlink_to(elsewhere)
+    linked = _remove_runc_state(cid, tmp_path / "runc", proc_root=proc, timeout=5.0)
+    assert not isinstance(linked, str) and not linked.ok and (elsewhere / "keep").is_file() and state.is_symlink()

@@ -99,16 +99,25 @@ def pod_from_object(obj: Mapping[str, Any]) -> Pod:
     if isinstance(static_uid, str):
         static_uid = _text(static_uid, f"pod {label}: the config hash annotation")
     return Pod(
-        uid=uid,
-        namespace=namespace,
+        uid=_shared(uid) or uid,
+        namespace=_shared(namespace) or namespace,
         name=name,
-        node_name=_opt_str(spec, "spec.nodeName") or None,
-        phase=_opt_str(status, "status.phase") or None,
+        node_name=_shared(_opt_str(spec, "spec.nodeName")),
+        phase=_shared(_opt_str(status, "status.phase")),
         pod_ips=_pod_ips(status, label),
         host_network=host_network,
         created_at=_timestamp(meta.get("creationTimestamp"), f"pod {label}: metadata.creationTimestamp"),
         static_uid=static_uid if isinstance(static_uid, str) and static_uid and static_uid != uid else None,
     )
+
+
+def _shared(value: str | None) -> str | None:
+    """One string object for a value that thousands of kept objects repeat (a pod's namespace, node and phase;
+    an endpoint's kind, namespace and node) or that the node's scan names too (a pod's UID: its directory's
+    name), kept as long as the object is; None for an empty or absent one. Equal either way."""
+    if not value:
+        return None
+    return sys.intern(value) if type(value) is str else value
 
 
 def _section(obj: Mapping[str, Any], key: str) -> Mapping[str, Any]:
@@ -281,12 +290,6 @@ def _endpoint(raw: object, label: str) -> Endpoint:
         )
     return Endpoint(addresses=tuple(addresses), target_ref=ref,
                     node_name=_shared(_slice_str(raw, "nodeName", label)))
-
-
-def _shared(value: str | None) -> str | None:
-    """One string object for each of the values thousands of endpoints repeat (kind, namespace, node), as
-    the controller's cache holds every endpoint of the cluster; None for an empty or absent one."""
-    return sys.intern(value) if value else None
 
 
 def _slice_section(obj: Mapping[str, Any], key: str, what: str) -> Mapping[str, Any]:

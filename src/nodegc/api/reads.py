@@ -98,7 +98,8 @@ def list_all(
         tokens: set[str] = set()
         index = 0
         while True:
-            page = pages.decode(reads.list_page(resource, namespace=lightkube.ALL_NS, params=params))
+            with reads.list_page(resource, namespace=lightkube.ALL_NS, params=params) as body:
+                page = pages.decode(body.view())
             meta = page.metadata or {}
             rv = meta.get("resourceVersion") or None
             if index == 0:

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import mmap
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from importlib import metadata
 from typing import Any, TypeVar
 
@@ -100,6 +101,57 @@ BODY_TIMEOUTS = 3
 request's read timeouts (30 s by default): the timeout itself bounds each read of the socket only."""
 
 
+class Body:
+    """A list page's body in an anonymous memory map of its own, unmapped at `close()` (the end of a `with`).
+
+    A page of 500 pods as a cluster sends them is several MB. Kept in the heap (a bytearray), such a buffer
+    grows past glibc's mmap threshold once, the threshold rises to its size at its free, and every later
+    page then comes from the heap: freed, it stays resident (unless the threshold is fixed, as the agent
+    fixes it: `hostio.libc.tune_malloc`; the controller and the CLI leave it adaptive). A map of its own is
+    given back whole whatever the allocator does. It grows by doubling (mremap: a private map; a shared
+    anonymous one would fault past its first size); pages never written are never resident."""
+
+    INITIAL = 1 << 20
+
+    def __init__(self) -> None:
+        self._map = mmap.mmap(-1, self.INITIAL, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        self._size = 0
+        self._views: list[memoryview] = []
+
+    def extend(self, chunk: bytes) -> None:
+        end = self._size + len(chunk)
+        if end > len(self._map):
+            self._map.resize(max(end, 2 * len(self._map)))
+        self._map[self._size:end] = chunk
+        self._size = end
+
+    def __len__(self) -> int:
+        return self._size
+
+    def __bytes__(self) -> bytes:
+        return self._map[:self._size]
+
+    def view(self) -> memoryview:
+        """The body, without a copy; valid until `close()` (decode it, keep no reference into it)."""
+        whole = memoryview(self._map)
+        self._views.append(whole)
+        part = whole[:self._size]
+        self._views.append(part)
+        return part
+
+    def close(self) -> None:
+        for view in reversed(self._views):
+            view.release()
+        self._views.clear()
+        self._map.close()
+
+    def __enter__(self) -> Body:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 class RawReads:
     """Lists and GETs on one lightkube client (its connection pool, auth, base URL, the URL and query it
     builds, its error for a failed status); the body comes back undecoded."""
@@ -107,21 +159,29 @@ class RawReads:
     def __init__(self, client: lightkube.Client) -> None:
         self._generic = check_lightkube(client)
 
-    def list_page(self, resource: type[Any], *, namespace: str | None, params: dict[str, Any]) -> bytearray:
-        """One page of a list (`params`: limit, continue, fieldSelector...). Failures raise as lightkube's
-        `list()` raises them (ApiError, httpx2 errors)."""
+    def list_page(self, resource: type[Any], *, namespace: str | None, params: dict[str, Any]) -> Body:
+        """One page of a list (`params`: limit, continue, fieldSelector...), in a `Body` the caller closes.
+        Failures raise as lightkube's `list()` raises them (ApiError, httpx2 errors)."""
         basic: BasicRequest = self._generic.prepare_request(
             "list", res=resource, namespace=namespace, params={k: v for k, v in params.items() if v is not None})
-        return self._body(basic)
+        body = Body()
+        try:
+            self._read(basic, body.extend)
+        except BaseException:
+            body.close()
+            raise
+        return body
 
     def get(self, resource: type[Any], *, namespace: str | None, name: str) -> bytearray:
         """One object; failures (a 404 included) raise as lightkube's `get()` raises them."""
         basic: BasicRequest = self._generic.prepare_request("get", res=resource, name=name, namespace=namespace)
-        return self._body(basic)
+        body = bytearray()
+        self._read(basic, body.extend)
+        return body
 
-    def _body(self, basic: BasicRequest) -> bytearray:
-        """The body, read into one buffer as it arrives: httpx2's `read()` joins a list of its chunks, so a
-        page of a list would be held twice at its end.
+    def _read(self, basic: BasicRequest, into: Callable[[bytes], object]) -> None:
+        """The body, handed to `into` as it arrives (one buffer: httpx2's `read()` joins a list of its chunks,
+        so a page of a list would be held twice at its end).
 
         The request's timeouts bound each read of the socket, not the body: a server or proxy that sends it a
         little at a time, each read within the timeout, would hold the caller for as long as it cared to. The
@@ -133,7 +193,7 @@ class RawReads:
             if not response.is_success:
                 # The error carries the Status the server sent: read as bounded as any answer.
                 self._generic.raise_for_status(_whole(response, request, deadline))
-            return deadline.read(response.iter_bytes(), request)
+            deadline.pour(response.iter_bytes(), request, into)
         finally:
             response.close()
 
@@ -185,12 +245,16 @@ class _Deadline:
 
     def read(self, chunks: Iterator[bytes], request: httpx2.Request) -> bytearray:
         body = bytearray()
+        self.pour(chunks, request, body.extend)
+        return body
+
+    def pour(self, chunks: Iterator[bytes], request: httpx2.Request, into: Callable[[bytes], object]) -> None:
+        """Each chunk to `into` as it arrives; ReadTimeout once past the deadline."""
         for chunk in chunks:
-            body += chunk
+            into(chunk)
             if self.at is not None and time.monotonic() > self.at:
                 raise httpx2.ReadTimeout(f"the answer did not arrive whole within {BODY_TIMEOUTS} read "
                                          f"timeouts ({self.budget:g}s)", request=request)
-        return body
 
 
 def _whole(response: httpx2.Response, request: httpx2.Request, deadline: _Deadline) -> httpx2.Response:

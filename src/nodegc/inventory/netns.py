@@ -239,6 +239,42 @@ def _odd_name(name: str) -> str | None:
 _RUNTIME_DEPTH = len(CRI_NETNS_SUBDIR.split("/")) + 1
 
 
+def count_tasks_in(proc_root: Path, namespaces: set[tuple[int, int]]) -> dict[tuple[int, int], int] | str:
+    """How many tasks of the process table under `proc_root` are in each network namespace of
+    `namespaces` ((device, inode) of its nsfs inode), or why the table could not be read whole.
+
+    Every thread is looked at, not only each process's first: a thread can enter another namespace on
+    its own (setns), and a namespace one thread of a daemon uses is in use. A task that ends during the
+    walk (its entries vanish, a zombie's namespace links are gone) is in no namespace any more."""
+    counts = dict.fromkeys(namespaces, 0)
+    root = os.fsdecode(proc_root)
+    try:
+        with os.scandir(root) as it:
+            pids = [e.name for e in it if e.name.isdigit()]
+    except OSError as e:
+        return f"cannot list {root}: {e.strerror or e}"
+    for pid in pids:
+        task_dir = os.path.join(root, pid, "task")
+        try:
+            with os.scandir(task_dir) as it:
+                tids = [e.name for e in it if e.name.isdigit()]
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        except OSError as e:
+            return f"cannot list {task_dir}: {e.strerror or e}"
+        for tid in tids:
+            try:
+                st = os.stat(os.path.join(task_dir, tid, "ns", "net"))
+            except (FileNotFoundError, ProcessLookupError):
+                continue
+            except OSError as e:
+                return f"cannot stat {os.path.join(task_dir, tid, 'ns', 'net')}: {e.strerror or e}"
+            key = (st.st_dev, st.st_ino)
+            if key in counts:
+                counts[key] += 1
+    return counts
+
+
 def netns_file(entry: NetnsEntry) -> NetnsFile:
     """The entry's file as the scan recorded it: below its configured directory (a runtime-dir file below
     the state dir's folders too), the namespace inode and device it had (see `NetnsFile`)."""

@@ -22,6 +22,7 @@ from nodegc.inventory.iptables import forget_dumps, scan_iptables_all
 from nodegc.inventory.links import forget_netnsids, scan_veths
 from nodegc.inventory.netns import (
     NetnsReadError,
+    count_tasks_in,
     is_runtime_netns_dir,
     netns_file,
     read_netns_addresses_many,
@@ -87,6 +88,8 @@ def scan_node(
                                            proc_root=roots.proc_root, socket=str(socket_path(runtime.endpoint)))
         inventory = dataclasses.replace(inventory, runtime=dataclasses.replace(runtime, leftovers=leftovers),
                                         problems=(*inventory.problems, *unread))
+    if runtime is not None and runtime.reachable:
+        inventory = _with_tasks(inventory, roots.proc_root)
     if backend_problem is not None:
         found = tuple(dataclasses.replace(backend_problem, kind=k)
                       for k in (Kind.IPTABLES_CHAIN, Kind.HOSTPORT_RULE, Kind.FIREWALL_RULE))
@@ -178,6 +181,33 @@ def _read_host(roots: Roots, taken_at: datetime, rules_read: Future[_Rules], *,
         ip_range_problems=range_problems,
         net_ns=net_ns,
     )
+
+
+def _with_tasks(inventory: Inventory, proc_root: Path) -> Inventory:
+    """The tasks inside each mounted namespace no sandbox and no cache entry names (a dead one left by a
+    partial teardown, if none is inside), and inside the READY sandboxes' (the witness that the process
+    table is the node's). Only when there is such a namespace: a node without one walks no table."""
+    runtime = inventory.runtime
+    if runtime is None:
+        return inventory
+    named = {k for sb in runtime.sandboxes if (k := netns_key(sb.netns_path))}
+    ready = {k for sb in runtime.sandboxes if sb.ready and (k := netns_key(sb.netns_path))}
+    cached = {k for e in inventory.cni_cache if (k := netns_key(e.netns))}
+    countable = [i for i, e in enumerate(inventory.netns) if e.mounted and e.ns_inode is not None
+                 and e.ns_dev is not None]
+    alone = [i for i in countable if entry_key(inventory.netns[i]) not in named | cached]
+    if not alone:
+        return inventory
+    picked = alone + [i for i in countable if entry_key(inventory.netns[i]) in ready]
+    ids = {i: (inventory.netns[i].ns_dev or 0, inventory.netns[i].ns_inode or 0) for i in picked}
+    counts = count_tasks_in(proc_root, set(ids.values()))
+    if isinstance(counts, str):
+        log.warning("tasks in namespaces not counted", reason=counts)
+        return inventory
+    netns = list(inventory.netns)
+    for i, key in ids.items():
+        netns[i] = dataclasses.replace(netns[i], tasks=counts[key])
+    return dataclasses.replace(inventory, netns=tuple(netns))
 
 
 def with_netns_addresses(inventory: Inventory, paths: set[str]) -> Inventory:

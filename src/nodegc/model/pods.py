@@ -24,7 +24,7 @@ _STATE_OF_PHASE: dict[str | None, OwnerState] = {
 """A pod's state by its phase (any other phase: unknown); asked thousands of times a scan."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Pod:
     uid: str
     namespace: str

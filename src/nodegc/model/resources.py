@@ -147,6 +147,11 @@ class NetnsEntry:
     runtime_keyed: bool = False
     """A file of a netns dir that is the runtime's state-dir netns folder seen at another path (mounted
     elsewhere): keyed as the runtime names its files, though read (and removed) as the netns dir's."""
+    tasks: int | None = None
+    """Tasks (threads of any process) the process table shows inside the namespace; None: not counted.
+    Counted only for a mounted namespace nothing ties to a sandbox, a cache entry or a pod (the proof that
+    it is dead, `planning.runtime`), and for the READY sandboxes' namespaces (the witness that the table
+    is the node's)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -62,6 +62,8 @@ class Correlations:
         self._kept: list[_Kept] = []
         self._earlier: Earlier | None = None
         """What the last correlation made leaves for the next one (`planning.context.Earlier`)."""
+        self.from_earlier = True
+        """Whether a correlation made anew takes from the last one (benchmarks compare without: False)."""
         self.taken_again = 0
         """How many correlations were taken again instead of being made (for tests and benchmarks)."""
         self.reused = 0
@@ -80,7 +82,8 @@ class Correlations:
                 self._kept = [again, *(k for k in kept if k is not one)]
                 self.taken_again += 1
                 return one.findings, None
-        made = correlation(inventory, desired, now=now, policy=policy, previous=previous, earlier=self._earlier)
+        made = correlation(inventory, desired, now=now, policy=policy, previous=previous,
+                           earlier=self._earlier if self.from_earlier else None)
         if made.network.clock is not None or self._earlier is None:  # a first pass: the next scan's first is like it
             self._earlier = made.earlier()
         self.reused += made.context.reused

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -29,6 +30,9 @@ from nodegc.model.runtime import RuntimeLeftover, RuntimeSandbox, RuntimeView
 from nodegc.planning.context import HOLDING, Context, short
 from nodegc.planning.owners import entry_key, netns_key, normalize_ip
 from nodegc.planning.phases import hostport_rule_id
+
+_RUNTIME_NETNS_NAME = re.compile(r"cni-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+"""containerd's names for the namespaces it makes (pkg/netns: "cni-" and 16 random bytes as a UUID)."""
 
 _RESIDUE_OF = {
     Kind.IP_RESERVATION: FindingClass.LEAKED_IP,
@@ -259,6 +263,7 @@ class _Runtime:
         self.complete = complete
         """False: the list misses running pods' sandboxes; only what it shows protects, nothing is residue."""
         self.netns_keys = {ns.path: entry_key(ns) for ns in ctx.inv.netns}
+        self.netns_by_path = {ns.path: ns for ns in ctx.inv.netns}
         self.not_theirs: dict[str, RuntimeSandbox] = {}
         """Netns paths tied by address to a sandbox the runtime lists with another netns path."""
         self.own: tuple[Finding, ...] | None = None
@@ -422,13 +427,73 @@ class _Runtime:
         if not cid:
             # Tied to no id, yet a READY sandbox's address is inside (its own netns, keyed otherwise than its
             # path, of a terminal pod the kubelet has not stopped yet): never residue.
-            return self._ready_address(f, ips)
+            f = self._ready_address(f, ips)
+            return self._dead_netns(f) if f.kind is Kind.NETNS and f.cls is FindingClass.UNKNOWN else f
         sb = self.index.by_id.get(cid)
         if sb is not None:
             return self._tied(f, sb, f"container id {short(cid)} is sandbox {short(cid)} in the runtime")
         if not self.complete:
             return self._protect_only(f, cid, ips)  # absent from an incomplete list proves nothing
         return self._unknown_to_runtime(f, cid, mtime, ips)
+
+    def _dead_netns(self, f: Finding) -> Finding:
+        """A mounted namespace nothing ties to anything (no sandbox, no cache entry, no pod's address): what
+        a partial teardown leaves (the CNI DEL ran and removed the cache entry and the pod's veth, the
+        runtime dropped the sandbox, the bind mount stayed). Residue only on proof that it is dead
+        (`_not_proven_dead`); else it stays unknown and says what is missing."""
+        ns = self.netns_by_path.get(f.id)
+        if ns is None or not ns.mounted or self.ctx.cache.by_netns.get(entry_key(ns)):
+            return f
+        why = self._not_proven_dead(ns)
+        if why is not None:
+            return dataclasses.replace(f, evidence=(*f.evidence, f"not proven dead: {why}"))
+        evidence = (*f.evidence, f"dead: no sandbox in the runtime's complete list ({self.index.who}) names it, no task"
+                    " of the node's process table is inside it, and it is mounted only here")
+        if self.ctx.young(ns.mtime) or self.ctx.viewed_young(ns.mtime):
+            return dataclasses.replace(f, cls=FindingClass.PROTECTED, evidence=(
+                *evidence, "younger than the runtime's and the API's photographs allow to judge"))
+        return dataclasses.replace(f, cls=FindingClass.LEAKED_NETNS, owner_state=OwnerState.ABSENT, evidence=evidence)
+
+    def _not_proven_dead(self, ns: NetnsEntry) -> str | None:
+        """Why a namespace nothing ties to anything is not proven dead, or None. The proof: the runtime's
+        list is complete and knows every sandbox's netns (none names this one); the file has the name the
+        runtime gives its namespaces (cni-<uuid>) or lies in its state dir (not an `ip netns add` of the
+        node's own); no pod on the node is still starting (a sandbox being made is listed only once its
+        network is up); its addresses were read (no pod claims one: the network domain judged that); the
+        namespace is mounted once (no other holder pins it through a bind of its own); and no task of the
+        process table is inside it, a table shown to be the node's by a task in every READY sandbox's
+        namespace (a table of another pid namespace shows no task anywhere)."""
+        if not self.complete:
+            return "the runtime's list is incomplete (running pods without a sandbox in it)"
+        starting = self.ctx.pending_note()
+        if starting is not None:
+            # A sandbox being made has its namespace before the runtime lists it, and between the plugins'
+            # steps nothing is inside it.
+            return starting
+        unread = [sb for sb in self.view.sandboxes if not sb.status_read]
+        if unread:
+            return f"the netns of sandbox {short(unread[0].id)} is not known (its status was not read)"
+        if not (ns.runtime_dir or ns.runtime_keyed or _RUNTIME_NETNS_NAME.fullmatch(ns.name)):
+            return f"{ns.name!r} is not a name the runtime gives its namespaces (cni-<uuid>)"
+        if not ns.addresses_read:
+            return "its addresses were not read"
+        if ns.tasks is None:
+            return "the tasks inside it were not counted"
+        if ns.tasks:
+            return f"{ns.tasks} task(s) of the process table are inside it"
+        root = f"net:[{ns.ns_inode}]"
+        mounted = sum(1 for m in self.ctx.inv.mounts if m.fs_type == "nsfs" and m.root == root)
+        if mounted != 1:
+            return f"its namespace is mounted {mounted} times in the mount table"
+        ready = {k for sb in self.view.sandboxes if sb.ready and (k := netns_key(sb.netns_path))}
+        seen = [w for w in self.ctx.inv.netns if w.mounted and entry_key(w) in ready]
+        if not seen:
+            return "no READY sandbox's namespace is there to show that the process table is the node's"
+        empty = [w for w in seen if not w.tasks]
+        if empty:
+            return (f"the process table shows no task in READY sandbox namespace {empty[0].path}: it is not"
+                    " the node's")
+        return None
 
     def _not_theirs(self, f: Finding) -> RuntimeSandbox | None:
         """For a netns (or the veth into it) tied by its addresses to a sandbox that names another netns,

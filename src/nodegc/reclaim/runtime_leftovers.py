@@ -142,6 +142,9 @@ def _unmount_then_remove(parent_fd: int, left: RuntimeLeftover, *, unmount_timeo
     if others:
         return Outcome.failed(f"not touched: mounted below {left.path}, not its own: {others[:3]}")
     own = [m for m in below if m.mount_point == point]
+    if own and (len(own) > 1 or own[0].mount_id != left.mount_id):
+        return Outcome.changed(f"{point} holds mount(s) {[m.mount_id for m in own]}, not the verified"
+                               f" {left.mount_id}")
     runc = ""
     if left.what == "task_dir":
         gone_first = _runc_leftovers(parent_fd, left, mounts=mounts, runc_root=runc_root, cgroup_root=cgroup_root,
@@ -151,9 +154,6 @@ def _unmount_then_remove(parent_fd: int, left: RuntimeLeftover, *, unmount_timeo
         runc = gone_first
     lazy = False
     if own:
-        if len(own) > 1 or own[0].mount_id != left.mount_id:
-            return Outcome.changed(f"{point} holds mount(s) {[m.mount_id for m in own]}, not the verified"
-                                   f" {left.mount_id}")
         m = own[0]
         volume = VolumeDir(pod_uid=left.id, plugin="", name=os.path.basename(point), path=point,
                            mount_id=m.mount_id, fs_type=m.fs_type, source=m.source)
@@ -301,8 +301,8 @@ def _remove_cgroups(cid: str, cgroups_path: str | None, *, mounts: Sequence[Moun
     whose last component is the container id, removed with rmdir: the kernel refuses a cgroup that holds a
     process or a child cgroup (EBUSY), so a cgroup in use is never removed. Parents (the pod's cgroup, the
     kubelet's) are not touched. Components are opened with O_NOFOLLOW from the hierarchy's mount point."""
-    if not cgroups_path or ":" in cgroups_path:
-        return ""
+    if not cgroups_path or ":" in cgroups_path or not cgroups_path.startswith("/"):
+        return ""  # the systemd driver's (systemd removes its scopes), or relative to a cgroup not known here
     parts = [p for p in cgroups_path.split("/") if p]
     if not parts or parts[-1] != cid or any(p in (".", "..") for p in parts):
         return Outcome.failed(f"not touched: the bundle's cgroupsPath {cgroups_path!r} is not its container's")

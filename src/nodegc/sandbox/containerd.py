@@ -450,6 +450,20 @@ class SandboxContainerd:
             c.remove_sandbox(sandbox_id)
 
 
+def thaw_cgroups(name: str, root: Path = Path("/sys/fs/cgroup")) -> None:
+    """Thaw the cgroup tree `name` in every hierarchy (v1 `freezer.state`, v2 `cgroup.freeze`): a frozen
+    process holds a SIGKILL until it is thawed, so a test that froze one and died leaves it otherwise."""
+    for hierarchy in [root, *root.iterdir()] if root.is_dir() else []:
+        top = hierarchy / name
+        if not top.is_dir() or top.is_symlink():
+            continue
+        for d in [top, *(p for p in top.rglob("*") if p.is_dir() and not p.is_symlink())]:
+            for control, value in (("freezer.state", "THAWED"), ("cgroup.freeze", "0")):
+                if (d / control).is_file():
+                    with contextlib.suppress(OSError):
+                        (d / control).write_text(value)
+
+
 def remove_cgroups(name: str, root: Path = Path("/sys/fs/cgroup")) -> None:
     """Remove the (empty) cgroup tree `name` the sandboxes were put in, in every hierarchy."""
     for hierarchy in [root, *root.iterdir()] if root.is_dir() else []:

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from nodegc.hostio import libc
-from nodegc.sandbox.containerd import remove_cgroups
+from nodegc.sandbox.containerd import remove_cgroups, thaw_cgroups
 from nodegc.sandbox.node import _sys_umount, mounts_under
 
 _WAIT = 10.0
@@ -56,6 +56,7 @@ def _theirs(pid: int, *, root: str, config: str, cgroup: str) -> bool:
 
 def reap(*, root: Path, config: Path, cgroup: str) -> None:
     own = os.getpid()
+    thaw_cgroups(cgroup)  # a frozen process (a test's forced survivor) holds its SIGKILL until thawed
     deadline = time.monotonic() + _WAIT
     while time.monotonic() < deadline:
         pids = [int(e) for e in os.listdir("/proc") if e.isdigit() and int(e) != own]
