@@ -429,8 +429,26 @@ class Engine:
             # From the future: the wall clock stepped back, so its age says nothing. Wait for fresh data.
             self._block(report, "stale_source", f"desired state is dated {-age:.0f}s in the future")
             return None
-        self._had_desired = True
+        if not self._had_desired:
+            self._had_desired = True
+            self._restart_gap()
         return desired
+
+    def _restart_gap(self) -> None:
+        """At a process's first usable desired state: the restart's gap spans a persisted streak only while it
+        is short. A detected item last seen longer than --max-desired-age ago (a process down for an hour, or
+        one that came up into an outage and never synced) goes back to 0, as a process that lived through
+        that time would have restarted it (`_unknown`): no streak spans a time in which it was not known which
+        pods exist."""
+        now = self.clock()
+        horizon = now - self.settings.max_desired_age_seconds
+        old = {k: i for k, i in self.ledger.items(active_only=True).items() if i.last_seen < horizon}
+        transitions = unknown(old)
+        if transitions:
+            self._persist(transitions, now)
+            log.info("restart gap longer than the desired state's maximum age: scans in a row start again",
+                     items=len(transitions))
+            self.metrics.streaks_restarted("restart_gap", len(transitions))
 
     def _scan(self, desired: DesiredState) -> tuple[Inventory, tuple[Finding, ...]]:
         """One read of the node, joined with `desired`; not yet checked against the runtime (`_checked`)."""

@@ -452,6 +452,13 @@ class _Runtime:
         if self.ctx.young(ns.mtime) or self.ctx.viewed_young(ns.mtime):
             return dataclasses.replace(f, cls=FindingClass.PROTECTED, evidence=(
                 *evidence, "younger than the runtime's and the API's photographs allow to judge"))
+        settle = max(self.ctx.policy.add_settle_seconds, self.ctx.policy.min_age_seconds)
+        if self.ctx.clock.since(ns.mtime or 0.0, settle):
+            # A sandbox re-created for a pod that stays Running (so none is starting) has its namespace before
+            # its ADD, which may run this long (the cache entry comes at its end, the runtime lists the sandbox
+            # after it), with no task inside between the plugins' steps: kept as a reservation would be.
+            return dataclasses.replace(f, cls=FindingClass.PROTECTED, evidence=(
+                *evidence, f"younger than {settle:.0f}s: a CNI ADD may still run in it"))
         return dataclasses.replace(f, cls=FindingClass.LEAKED_NETNS, owner_state=OwnerState.ABSENT, evidence=evidence)
 
     def _not_proven_dead(self, ns: NetnsEntry) -> str | None:
