@@ -240,3 +240,47 @@ def test_a_correlation_taken_again_keeps_the_new_equal_inputs() -> None:
     assert kept.inventory is inventory and kept.desired is later
     third, made = memo.correlate(quiet, desired, now=NOW + timedelta(seconds=60), policy=policy)
     assert made is None and third is found
+
+
+def test_a_runtime_fed_quiet_nodes_scans_are_taken_again_while_the_views_time_moves() -> None:
+    """The agent with a runtime socket: every scan reads the runtime's view anew, a moment before the
+    scan's time. The same sandboxes at another read time take the correlation again; a sandbox born since
+    is correlated anew, and judged by the view's time: old enough for the scan's time, not for the view's,
+    it is kept."""
+    scan = big_scan(4, sandboxes=120, runtime=True)  # an even seed: a sandbox for every running pod
+    view = scan.inventory.runtime
+    assert view is not None
+    old = NOW - timedelta(seconds=3600)
+    view = replace(view, sandboxes=tuple(replace(sb, created_at=old) for sb in view.sandboxes))
+    quiet = replace(_aged(scan.inventory, OLD), runtime=view)
+    read = with_addresses_read(BigScan(quiet, scan.desired, scan.unread_netns), 4)
+    policy = CorrelationPolicy(min_age_seconds=60)
+    memo = Correlations()
+
+    def at(k: int, inv: Inventory, *, read_lag: float = 1.0) -> tuple[Inventory, DesiredState, datetime]:
+        now = NOW + timedelta(seconds=30 * k)
+        assert inv.runtime is not None
+        return (replace(inv, runtime=replace(inv.runtime, read_at=now - timedelta(seconds=read_lag))),
+                replace(scan.desired, fetched_at=now - timedelta(seconds=2)), now)
+
+    for k in range(6):
+        inv, desired, now = at(k, quiet)
+        _, first = memo.correlate(inv, desired, now=now, policy=policy)
+        again, _ = memo.correlate(at(k, read)[0], desired, now=now, policy=policy, previous=first)
+        assert again == correlate(at(k, read)[0], desired, now=now, policy=policy)
+        assert memo.taken_again == 2 * k
+    born = replace(view.sandboxes[0], id="f" * 64, pod_uid="not-in-the-api", ready=False,
+                   created_at=NOW + timedelta(seconds=200))
+    young = replace(quiet, runtime=replace(view, sandboxes=(*view.sandboxes, born)))
+    verdicts = []
+    for k, read_lag in ((7, 1.0), (7, 1.0), (8, 1.0), (9, 30.0), (9, 1.0)):
+        # born at +200 s: judged once min(now, photo, read) - 60 s passes it: at k=9 with a view read 1 s
+        # before the scan (the photo's 268 s: 208 s), not with one read 30 s before (240 s: 180 s), which
+        # answers as k=7 and k=8 did (148 s, 178 s): taken again
+        inv, desired, now = at(k, young, read_lag=read_lag)
+        before = memo.taken_again
+        got, _ = memo.correlate(inv, desired, now=now, policy=policy)
+        assert got == correlate(inv, desired, now=now, policy=policy)
+        verdicts.append((memo.taken_again > before, next(f for f in got if f.id == born.id).cls.value))
+    assert verdicts == [(False, "protected"), (True, "protected"), (True, "protected"), (True, "protected"),
+                        (False, "orphaned_sandbox")]
