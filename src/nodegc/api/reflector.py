@@ -301,12 +301,7 @@ class Reflector(Generic[T]):
     def request_relist(self, reason: str) -> None:
         """The view was proven out of date (a live GET found what it lacks): list again, now."""
         log.warning("cache proven out of date; relisting", cache=self.what, reason=reason)
-        self._relist_wanted.set()
-        with self._lock:
-            response = self._response
-        if response is not None:
-            with contextlib.suppress(httpx2.HTTPError, OSError, RuntimeError):
-                response.close()
+        self._relist_now()
 
     def refresh(self, reason: str) -> None:
         """List again now, in the watch thread, as a resync does: a cycle with something to act on found the
@@ -317,6 +312,10 @@ class Reflector(Generic[T]):
             return
         log.info("refreshing the cache by a list", cache=self.what, reason=reason)
         self._count("relists_refresh")
+        self._relist_now()
+
+    def _relist_now(self) -> None:
+        """Ask the watch thread for a list and cut its open watch short, so that it lists at once."""
         self._relist_wanted.set()
         with self._lock:
             response = self._response

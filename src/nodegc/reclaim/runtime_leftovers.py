@@ -25,7 +25,6 @@ import os
 import re
 import select
 import signal
-import stat
 import time
 from collections.abc import Collection, Sequence
 from pathlib import Path
@@ -38,6 +37,7 @@ from nodegc.inventory.cri.leftovers import (
     TASKS_DIR,
     expected_mount,
     is_container_id,
+    read_small,
     serves_socket,
     shim_args,
     socket_file,
@@ -177,26 +177,6 @@ RUNC_ROOT = Path("/run/containerd/runc")
 """The runc shim's state root (`<root>/<namespace>/<id>/state.json`), unless its `Root` option is set."""
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 _MAX_STATE = 4 << 20
-_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
-
-
-def _read_at(dir_fd: int, name: str, limit: int) -> bytes | None:
-    """A regular file's bytes inside `dir_fd` (never a symlink, FIFO or device), at most `limit`."""
-    try:
-        fd = os.open(name, _FILE_FLAGS, dir_fd=dir_fd)
-    except OSError:
-        return None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
-            return None
-        return os.read(fd, limit + 1)[:limit]
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-
-
 def _runc_leftovers(parent_fd: int, left: RuntimeLeftover, *, mounts: Sequence[Mount], runc_root: Path | None,
                     cgroup_root: Path | None, proc_root: Path, timeout: float) -> str | Outcome:
     """A shim that exits without containerd's cleanup (`runc delete`, a shim its daemon does not know) leaves
@@ -210,7 +190,7 @@ def _runc_leftovers(parent_fd: int, left: RuntimeLeftover, *, mounts: Sequence[M
         bundle = open_dir_below(parent_fd, left.id, path=left.path)
         if isinstance(bundle, int):
             try:
-                raw = _read_at(bundle, "config.json", 1 << 20)
+                raw = read_small("config.json", 1 << 20, dir_fd=bundle)
             finally:
                 os.close(bundle)
         out = _remove_cgroups(left.id, _cgroups_path(raw), mounts=mounts, cgroup_root=cgroup_root)
@@ -257,7 +237,7 @@ def _remove_runc_state(cid: str, runc_root: Path, *, proc_root: Path, timeout: f
                 return "" if state_fd.already_gone else state_fd
             try:
                 inode = os.fstat(state_fd).st_ino
-                raw = _read_at(state_fd, "state.json", _MAX_STATE)
+                raw = read_small("state.json", _MAX_STATE, dir_fd=state_fd)
             finally:
                 os.close(state_fd)
             busy = _runc_init_alive(raw, cid, proc_root)

@@ -132,10 +132,11 @@ def _id_dir(what: str, e: os.DirEntry[str], index: MountIndex, proc_root: Path) 
                            sandbox_id=sandbox_id, busy=busy)
 
 
-def _read_small(path: str, limit: int) -> bytes | None:
-    """A regular file's bytes (never a symlink, FIFO or device), at most `limit`; None otherwise."""
+def read_small(path: str, limit: int, *, dir_fd: int | None = None) -> bytes | None:
+    """A regular file's bytes (never a symlink, FIFO or device), at most `limit`; None otherwise. With
+    `dir_fd`, `path` is a name inside that directory."""
     try:
-        fd = os.open(path, _FILE_FLAGS)
+        fd = os.open(path, _FILE_FLAGS, dir_fd=dir_fd)
     except OSError:
         return None
     try:
@@ -153,7 +154,7 @@ def _task(path: str, proc_root: Path) -> tuple[str | None, str | None]:
     """(its sandbox id, why it may be in use) from the bundle's config.json and init.pid."""
     sandbox_id: str | None = None
     cgroup: str | None = None
-    raw = _read_small(os.path.join(path, "config.json"), _MAX_CONFIG)
+    raw = read_small(os.path.join(path, "config.json"), _MAX_CONFIG)
     if raw is not None:
         try:
             spec = json.loads(raw)
@@ -167,7 +168,7 @@ def _task(path: str, proc_root: Path) -> tuple[str | None, str | None]:
             linux = spec.get("linux")
             if isinstance(linux, dict) and isinstance(linux.get("cgroupsPath"), str):
                 cgroup = linux["cgroupsPath"]
-    pid_text = _read_small(os.path.join(path, "init.pid"), 32)
+    pid_text = read_small(os.path.join(path, "init.pid"), 32)
     if pid_text is None or not pid_text.strip().isdigit():
         return sandbox_id, None
     pid = int(pid_text.strip())
