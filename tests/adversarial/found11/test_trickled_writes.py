@@ -32,8 +32,7 @@ from nodegc.kube.events import EventRecorder, ObjectRef
 from nodegc.kube.leases import LeaderElector, LeaseConfig
 from nodegc.kube.nodes import NodeConditionWriter
 from nodegc.model.conditions import RECLAIM_BLOCKED, NodeCondition
-from tests.adversarial.found9.conftest import RawBody, pod
-from tests.api import fakeapi
+from tests.adversarial.found9.conftest import RawBody, pod, send_raw_bodies
 from tests.api.fakeapi import FakeKubeAPI, Reply, status_object
 
 TIMEOUT = 1.0
@@ -70,25 +69,7 @@ class Trickle:
 def trickle(api: FakeKubeAPI, monkeypatch: pytest.MonkeyPatch) -> Trickle:
     t = Trickle(api)
     monkeypatch.setattr(api, "handle", t.wrap)
-    original = fakeapi._RequestHandler._send_json
-
-    def send(self: Any, code: int, payload: Any) -> None:
-        if not isinstance(payload, RawBody):
-            original(self, code, payload)
-            return
-        try:
-            self.send_response(code)
-            self.send_header("Content-Type", payload.content_type)
-            self.send_header("Content-Length", str(len(payload.data)))
-            self.end_headers()
-            for i in range(len(payload.data)):
-                self.wfile.write(payload.data[i : i + 1])
-                self.wfile.flush()
-                time.sleep(payload.trickle)
-        except (BrokenPipeError, ConnectionResetError):
-            pass
-
-    monkeypatch.setattr(fakeapi._RequestHandler, "_send_json", send)
+    send_raw_bodies(monkeypatch)
     return t
 
 

@@ -75,10 +75,8 @@ class Tamper:
         return Reply(reply.code, RawBody(out) if isinstance(out, bytes) else out)
 
 
-@pytest.fixture
-def tamper(api: FakeKubeAPI, monkeypatch: pytest.MonkeyPatch) -> Tamper:
-    t = Tamper(api)
-    monkeypatch.setattr(api, "handle", t.wrap)
+def send_raw_bodies(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make the test API server send a `RawBody` as its bytes (a byte at a time when it trickles)."""
     original = fakeapi._RequestHandler._send_json
 
     def send(self: Any, code: int, payload: Any) -> None:
@@ -101,6 +99,13 @@ def tamper(api: FakeKubeAPI, monkeypatch: pytest.MonkeyPatch) -> Tamper:
             pass
 
     monkeypatch.setattr(fakeapi._RequestHandler, "_send_json", send)
+
+
+@pytest.fixture
+def tamper(api: FakeKubeAPI, monkeypatch: pytest.MonkeyPatch) -> Tamper:
+    t = Tamper(api)
+    monkeypatch.setattr(api, "handle", t.wrap)
+    send_raw_bodies(monkeypatch)
     return t
 
 
