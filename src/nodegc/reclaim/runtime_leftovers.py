@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import json
 import os
 import re
 import select
@@ -35,9 +34,12 @@ from nodegc.inventory.cri.leftovers import (
     CRI_DIR,
     CRI_NAMESPACE,
     TASKS_DIR,
+    cgroups_path,
     expected_mount,
     is_container_id,
+    load_json,
     read_small,
+    read_spec,
     serves_socket,
     shim_args,
     socket_file,
@@ -186,14 +188,14 @@ def _runc_leftovers(parent_fd: int, left: RuntimeLeftover, *, mounts: Sequence[M
     said = []
     # The cgroups first: one that still holds a process (EBUSY) stops the step before runc's state goes.
     if cgroup_root is not None:
-        raw = None
+        spec = None
         bundle = open_dir_below(parent_fd, left.id, path=left.path)
         if isinstance(bundle, int):
             try:
-                raw = read_small("config.json", 1 << 20, dir_fd=bundle)
+                spec = read_spec("config.json", dir_fd=bundle)
             finally:
                 os.close(bundle)
-        out = _remove_cgroups(left.id, _cgroups_path(raw), mounts=mounts, cgroup_root=cgroup_root)
+        out = _remove_cgroups(left.id, cgroups_path(spec), mounts=mounts, cgroup_root=cgroup_root)
         if isinstance(out, Outcome):
             return out
         said.append(out)
@@ -203,18 +205,6 @@ def _runc_leftovers(parent_fd: int, left: RuntimeLeftover, *, mounts: Sequence[M
             return out
         said.append(out)
     return "".join(f"{s}; " for s in said if s)
-
-
-def _cgroups_path(raw: bytes | None) -> str | None:
-    if raw is None:
-        return None
-    try:
-        spec = json.loads(raw)
-    except ValueError:
-        return None
-    linux = spec.get("linux") if isinstance(spec, dict) else None
-    path = linux.get("cgroupsPath") if isinstance(linux, dict) else None
-    return path if isinstance(path, str) else None
 
 
 def _remove_runc_state(cid: str, runc_root: Path, *, proc_root: Path, timeout: float) -> str | Outcome:
@@ -257,9 +247,8 @@ def _runc_init_alive(raw: bytes | None, cid: str, proc_root: Path) -> str | None
     """Why runc's state may still be a running container's; None: it is not (no state.json is none)."""
     if raw is None:
         return None
-    try:
-        state = json.loads(raw)
-    except ValueError:
+    state = load_json(raw)
+    if state is None:
         return "its state.json cannot be read"
     if not isinstance(state, dict) or state.get("id") != cid:
         return "its state.json names another container"
