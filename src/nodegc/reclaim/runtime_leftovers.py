@@ -228,9 +228,12 @@ def _remove_runc_state(cid: str, runc_root: Path, *, proc_root: Path, timeout: f
             try:
                 inode = os.fstat(state_fd).st_ino
                 raw = read_small("state.json", _MAX_STATE, dir_fd=state_fd)
+                # Only a missing state.json says no init runs: one that exists but cannot be read (beyond the
+                # bound, not a regular file) may name one that does.
+                busy = ("its state.json cannot be read (not a regular file, or beyond the bound)"
+                        if raw is None and _exists("state.json", state_fd) else _runc_init_alive(raw, cid, proc_root))
             finally:
                 os.close(state_fd)
-            busy = _runc_init_alive(raw, cid, proc_root)
             if busy is not None:
                 return Outcome.failed(f"not touched: {path}: {busy}")
             removed = remove_dir_at(ns_fd, cid, inode=inode, path=path, proc_root=proc_root, timeout=timeout)
@@ -241,6 +244,17 @@ def _remove_runc_state(cid: str, runc_root: Path, *, proc_root: Path, timeout: f
             os.close(ns_fd)
     finally:
         os.close(root_fd)
+
+
+def _exists(name: str, dir_fd: int) -> bool:
+    """`name` is in the directory (any type, a symlink not followed); a doubt (not ENOENT) counts as there."""
+    try:
+        os.lstat(name, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
+    return True
 
 
 def _runc_init_alive(raw: bytes | None, cid: str, proc_root: Path) -> str | None:
