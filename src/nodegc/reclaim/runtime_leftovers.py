@@ -28,7 +28,7 @@ import time
 from collections.abc import Collection, Sequence
 from pathlib import Path
 
-from nodegc.hostio.mountinfo import mounts_below, read_mounts
+from nodegc.hostio.mountinfo import mounts_below, read_mounts, top_of
 from nodegc.inventory.cri.client import CRIError, EndpointError, RuntimeClient, socket_path
 from nodegc.inventory.cri.leftovers import (
     CRI_DIR,
@@ -290,10 +290,22 @@ def _remove_cgroups(cid: str, cgroups_path: str | None, *, mounts: Sequence[Moun
     if not parts or parts[-1] != cid or any(p in (".", "..") for p in parts):
         return Outcome.failed(f"not touched: the bundle's cgroupsPath {cgroups_path!r} is not its container's")
     base = os.path.realpath(os.fsdecode(cgroup_root))
-    points = sorted({m.mount_point for m in mounts if m.fs_type in ("cgroup", "cgroup2") and m.root == "/"
-                     and (m.mount_point == base or m.mount_point.startswith(base + "/"))})
-    removed, busy = 0, []
+    stacks: dict[str, list[Mount]] = {}
+    for m in mounts:
+        stacks.setdefault(m.mount_point, []).append(m)
+    points = sorted(p for p, stack in stacks.items() if (p == base or p.startswith(base + "/"))
+                    and any(_hierarchy(m) for m in stack))
+    removed, busy, crossed = 0, [], []
     for point in points:
+        target = os.path.join(point, *parts)
+        # The walk stays on the hierarchy's file system: a mount on the way, at the cgroup, or stacked over the
+        # hierarchy's mount point is another file system's directory, not this container's cgroup.
+        on_way = [mp for mp in stacks if mp.startswith(point + "/") and (target + "/").startswith(mp + "/")]
+        if not _hierarchy(top_of(stacks[point])):
+            on_way.insert(0, point)
+        if on_way:
+            crossed.append(f"{target}: {sorted(on_way)[0]} is mounted on the way")
+            continue
         try:
             fd = os.open(point, _DIR_FLAGS)
         except OSError:
@@ -320,9 +332,16 @@ def _remove_cgroups(cid: str, cgroups_path: str | None, *, mounts: Sequence[Moun
         finally:
             if fd >= 0:
                 os.close(fd)
+    if crossed:
+        return Outcome.failed(f"not touched further: a mount crossed on the container's cgroup path: {crossed[:3]}")
     if busy:
         return Outcome.failed(f"not touched further: the container's cgroup is in use or cannot go: {busy[:3]}")
     return f"removed its empty cgroup in {removed} hierarchies" if removed else ""
+
+
+def _hierarchy(m: Mount) -> bool:
+    """A cgroup hierarchy mounted from its root (not a cgroup namespace's or a bind mount's subtree)."""
+    return m.fs_type in ("cgroup", "cgroup2") and m.root == "/"
 
 
 def _identity_doubt(left: RuntimeLeftover, proc_root: Path) -> str | None:
