@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import json
 import os
 import re
 import select
@@ -29,15 +28,18 @@ import time
 from collections.abc import Collection, Sequence
 from pathlib import Path
 
-from nodegc.hostio.mountinfo import mounts_below, read_mounts
+from nodegc.hostio.mountinfo import mounts_below, read_mounts, top_of
 from nodegc.inventory.cri.client import CRIError, EndpointError, RuntimeClient, socket_path
 from nodegc.inventory.cri.leftovers import (
     CRI_DIR,
     CRI_NAMESPACE,
     TASKS_DIR,
+    cgroups_path,
     expected_mount,
     is_container_id,
+    load_json,
     read_small,
+    read_spec,
     serves_socket,
     shim_args,
     socket_file,
@@ -186,14 +188,14 @@ def _runc_leftovers(parent_fd: int, left: RuntimeLeftover, *, mounts: Sequence[M
     said = []
     # The cgroups first: one that still holds a process (EBUSY) stops the step before runc's state goes.
     if cgroup_root is not None:
-        raw = None
+        spec = None
         bundle = open_dir_below(parent_fd, left.id, path=left.path)
         if isinstance(bundle, int):
             try:
-                raw = read_small("config.json", 1 << 20, dir_fd=bundle)
+                spec = read_spec("config.json", dir_fd=bundle)
             finally:
                 os.close(bundle)
-        out = _remove_cgroups(left.id, _cgroups_path(raw), mounts=mounts, cgroup_root=cgroup_root)
+        out = _remove_cgroups(left.id, cgroups_path(spec), mounts=mounts, cgroup_root=cgroup_root)
         if isinstance(out, Outcome):
             return out
         said.append(out)
@@ -203,18 +205,6 @@ def _runc_leftovers(parent_fd: int, left: RuntimeLeftover, *, mounts: Sequence[M
             return out
         said.append(out)
     return "".join(f"{s}; " for s in said if s)
-
-
-def _cgroups_path(raw: bytes | None) -> str | None:
-    if raw is None:
-        return None
-    try:
-        spec = json.loads(raw)
-    except ValueError:
-        return None
-    linux = spec.get("linux") if isinstance(spec, dict) else None
-    path = linux.get("cgroupsPath") if isinstance(linux, dict) else None
-    return path if isinstance(path, str) else None
 
 
 def _remove_runc_state(cid: str, runc_root: Path, *, proc_root: Path, timeout: float) -> str | Outcome:
@@ -238,9 +228,12 @@ def _remove_runc_state(cid: str, runc_root: Path, *, proc_root: Path, timeout: f
             try:
                 inode = os.fstat(state_fd).st_ino
                 raw = read_small("state.json", _MAX_STATE, dir_fd=state_fd)
+                # Only a missing state.json says no init runs: one that exists but cannot be read (beyond the
+                # bound, not a regular file) may name one that does.
+                busy = ("its state.json cannot be read (not a regular file, or beyond the bound)"
+                        if raw is None and _exists("state.json", state_fd) else _runc_init_alive(raw, cid, proc_root))
             finally:
                 os.close(state_fd)
-            busy = _runc_init_alive(raw, cid, proc_root)
             if busy is not None:
                 return Outcome.failed(f"not touched: {path}: {busy}")
             removed = remove_dir_at(ns_fd, cid, inode=inode, path=path, proc_root=proc_root, timeout=timeout)
@@ -253,13 +246,23 @@ def _remove_runc_state(cid: str, runc_root: Path, *, proc_root: Path, timeout: f
         os.close(root_fd)
 
 
+def _exists(name: str, dir_fd: int) -> bool:
+    """`name` is in the directory (any type, a symlink not followed); a doubt (not ENOENT) counts as there."""
+    try:
+        os.lstat(name, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
 def _runc_init_alive(raw: bytes | None, cid: str, proc_root: Path) -> str | None:
     """Why runc's state may still be a running container's; None: it is not (no state.json is none)."""
     if raw is None:
         return None
-    try:
-        state = json.loads(raw)
-    except ValueError:
+    state = load_json(raw)
+    if state is None:
         return "its state.json cannot be read"
     if not isinstance(state, dict) or state.get("id") != cid:
         return "its state.json names another container"
@@ -287,10 +290,22 @@ def _remove_cgroups(cid: str, cgroups_path: str | None, *, mounts: Sequence[Moun
     if not parts or parts[-1] != cid or any(p in (".", "..") for p in parts):
         return Outcome.failed(f"not touched: the bundle's cgroupsPath {cgroups_path!r} is not its container's")
     base = os.path.realpath(os.fsdecode(cgroup_root))
-    points = sorted({m.mount_point for m in mounts if m.fs_type in ("cgroup", "cgroup2") and m.root == "/"
-                     and (m.mount_point == base or m.mount_point.startswith(base + "/"))})
-    removed, busy = 0, []
+    stacks: dict[str, list[Mount]] = {}
+    for m in mounts:
+        stacks.setdefault(m.mount_point, []).append(m)
+    points = sorted(p for p, stack in stacks.items() if (p == base or p.startswith(base + "/"))
+                    and any(_hierarchy(m) for m in stack))
+    removed, busy, crossed = 0, [], []
     for point in points:
+        target = os.path.join(point, *parts)
+        # The walk stays on the hierarchy's file system: a mount on the way, at the cgroup, or stacked over the
+        # hierarchy's mount point is another file system's directory, not this container's cgroup.
+        on_way = [mp for mp in stacks if mp.startswith(point + "/") and (target + "/").startswith(mp + "/")]
+        if not _hierarchy(top_of(stacks[point])):
+            on_way.insert(0, point)
+        if on_way:
+            crossed.append(f"{target}: {sorted(on_way)[0]} is mounted on the way")
+            continue
         try:
             fd = os.open(point, _DIR_FLAGS)
         except OSError:
@@ -317,9 +332,16 @@ def _remove_cgroups(cid: str, cgroups_path: str | None, *, mounts: Sequence[Moun
         finally:
             if fd >= 0:
                 os.close(fd)
+    if crossed:
+        return Outcome.failed(f"not touched further: a mount crossed on the container's cgroup path: {crossed[:3]}")
     if busy:
         return Outcome.failed(f"not touched further: the container's cgroup is in use or cannot go: {busy[:3]}")
     return f"removed its empty cgroup in {removed} hierarchies" if removed else ""
+
+
+def _hierarchy(m: Mount) -> bool:
+    """A cgroup hierarchy mounted from its root (not a cgroup namespace's or a bind mount's subtree)."""
+    return m.fs_type in ("cgroup", "cgroup2") and m.root == "/"
 
 
 def _identity_doubt(left: RuntimeLeftover, proc_root: Path) -> str | None:

@@ -235,7 +235,7 @@ class RuntimeClient:
                                      f"{seconds:g} s): not sent", code="DEADLINE_EXCEEDED")
         deadline = time.monotonic() + seconds
         payload = request.SerializeToString()
-        if not self._lock.acquire(timeout=max(0.0, seconds)):
+        if not self._lock.acquire(timeout=seconds):
             raise RuntimeUnavailable(f"{method} on {self.endpoint}: DEADLINE_EXCEEDED: another call held the "
                                      f"connection for {seconds:g} s", code="DEADLINE_EXCEEDED")
         try:
@@ -396,24 +396,18 @@ class RuntimeClient:
         try:
             return self._exchange(sock, conn, path, payload, deadline)
         except _Unsent as e:
+            # The connection the last call left was found closed (the runtime restarted, or closed it while
+            # idle, after the check of _stale) before any byte of this request reached it: the runtime cannot
+            # have seen the request. Never after a byte went out.
             if not reused:
                 raise e.cause from e
         except _GoAway as e:
             # The runtime is going away (a restart, a graceful shutdown) and h2 reads nothing on a connection
             # after its GOAWAY: a request the runtime says it did not process (our stream above its last
-            # one), or one that is safe to send twice, goes once more on a new connection, within the same
-            # deadline. A second GOAWAY fails the call.
+            # one), or one that is safe to send twice, goes once more. A second GOAWAY fails the call.
             if e.processed and path.rsplit("/", 1)[-1] not in _SAFE_AGAIN:
                 raise
-            self._drop()
-            sock, conn, _ = self._connected(deadline)
-            try:
-                return self._exchange(sock, conn, path, payload, deadline)
-            except _Unsent as unsent:
-                raise unsent.cause from unsent
-        # The connection the last call left was found closed (the runtime restarted, or closed it while idle,
-        # after the check of _stale) before any byte of this request reached it: the runtime cannot have seen
-        # the request, so it is sent once more on a new connection. Never after a byte went out.
+        # Sent once more, on a new connection, within the same deadline.
         self._drop()
         sock, conn, _ = self._connected(deadline)
         try:

@@ -18,6 +18,7 @@ import re
 import stat
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from nodegc.hostio.libc import stat_in_root
 from nodegc.hostio.mountinfo import MountIndex, top_of
@@ -150,24 +151,37 @@ def read_small(path: str, limit: int, *, dir_fd: int | None = None) -> bytes | N
         os.close(fd)
 
 
+def load_json(raw: bytes) -> Any:
+    """The parsed document, or None when it cannot be parsed (malformed, or nested too deeply: the decoder
+    raises RecursionError there, not ValueError)."""
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+
+
+def read_spec(path: str, *, dir_fd: int | None = None) -> Any:
+    """A bundle's config.json, parsed (`read_small`, bounded); None when it is missing or unreadable."""
+    raw = read_small(path, _MAX_CONFIG, dir_fd=dir_fd)
+    return None if raw is None else load_json(raw)
+
+
+def cgroups_path(spec: Any) -> str | None:
+    """The spec's `linux.cgroupsPath`, when it is a string."""
+    linux = spec.get("linux") if isinstance(spec, dict) else None
+    path = linux.get("cgroupsPath") if isinstance(linux, dict) else None
+    return path if isinstance(path, str) else None
+
+
 def _task(path: str, proc_root: Path) -> tuple[str | None, str | None]:
     """(its sandbox id, why it may be in use) from the bundle's config.json and init.pid."""
     sandbox_id: str | None = None
-    cgroup: str | None = None
-    raw = read_small(os.path.join(path, "config.json"), _MAX_CONFIG)
-    if raw is not None:
-        try:
-            spec = json.loads(raw)
-        except (ValueError, RecursionError):  # nested too deeply: unreadable, as a malformed file is
-            spec = None
-        if isinstance(spec, dict):
-            annotations = spec.get("annotations")
-            if isinstance(annotations, dict) and isinstance(annotations.get(_SANDBOX_ANNOTATION), str):
-                found = annotations[_SANDBOX_ANNOTATION]
-                sandbox_id = found if is_container_id(found) else None
-            linux = spec.get("linux")
-            if isinstance(linux, dict) and isinstance(linux.get("cgroupsPath"), str):
-                cgroup = linux["cgroupsPath"]
+    spec = read_spec(os.path.join(path, "config.json"))
+    cgroup = cgroups_path(spec)
+    annotations = spec.get("annotations") if isinstance(spec, dict) else None
+    if isinstance(annotations, dict) and isinstance(annotations.get(_SANDBOX_ANNOTATION), str):
+        found = annotations[_SANDBOX_ANNOTATION]
+        sandbox_id = found if is_container_id(found) else None
     pid_text = read_small(os.path.join(path, "init.pid"), 32)
     if pid_text is None or not pid_text.strip().isdigit():
         return sandbox_id, None
