@@ -466,10 +466,11 @@ class _Runtime:
         list is complete and knows every sandbox's netns (none names this one); the file has the name the
         runtime gives its namespaces (cni-<uuid>) or lies in its state dir (not an `ip netns add` of the
         node's own); no pod on the node is still starting (a sandbox being made is listed only once its
-        network is up); its addresses were read (no pod claims one: the network domain judged that); the
-        namespace is mounted once (no other holder pins it through a bind of its own); and no task of the
-        process table is inside it, a table shown to be the node's by a task in every READY sandbox's
-        namespace (a table of another pid namespace shows no task anywhere)."""
+        network is up); its addresses were read (no pod claims one: the network domain judged that) and
+        none is the address of a sandbox the runtime lists (whose netns it reports elsewhere, or that it
+        still holds); the namespace is mounted once (no other holder pins it through a bind of its own);
+        and no task of the process table is inside it, a table shown to be the node's by a task in every
+        READY sandbox's namespace (a table of another pid namespace shows no task anywhere)."""
         if not self.complete:
             return "the runtime's list is incomplete (running pods without a sandbox in it)"
         starting = self.ctx.pending_note()
@@ -484,6 +485,14 @@ class _Runtime:
             return f"{ns.name!r} is not a name the runtime gives its namespaces (cni-<uuid>)"
         if not ns.addresses_read:
             return "its addresses were not read"
+        if ns.addresses:
+            # An address a sandbox the runtime lists holds (READY, its netns reported under another key, or
+            # NotReady and still held): the namespace is tied to that sandbox, whatever no pod's status says.
+            listed = {ip: sb for sb in self.view.sandboxes for ip in (normalize_ip(i) for i in sb.ips) if ip}
+            for address in ns.addresses:
+                if (sb := listed.get(normalize_ip(address) or "")) is not None:
+                    return (f"it holds {address}, an address of sandbox {short(sb.id)}, whose netns the runtime"
+                            f" reports as {sb.netns_path or 'unknown'}")
         if ns.tasks is None:
             return "the tasks inside it were not counted"
         if ns.tasks:
