@@ -448,7 +448,7 @@ class _Runtime:
         if why is not None:
             return dataclasses.replace(f, evidence=(*f.evidence, f"not proven dead: {why}"))
         evidence = (*f.evidence, f"dead: no sandbox in the runtime's complete list ({self.index.who}) names it, no task"
-                    " of the node's process table is inside it, and it is mounted only here")
+                    " of the node's process table is inside it, and nodegc's mount table holds it once")
         if self.ctx.young(ns.mtime) or self.ctx.viewed_young(ns.mtime):
             return dataclasses.replace(f, cls=FindingClass.PROTECTED, evidence=(
                 *evidence, "younger than the runtime's and the API's photographs allow to judge"))
