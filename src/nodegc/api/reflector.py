@@ -705,7 +705,8 @@ class Reflector(Generic[T]):
             response.close()
 
     def _raise_for_watch_status(self, response: httpx2.Response) -> None:
-        response.read()
+        # The body is not read: the status line says all that is used, and a body sent a byte at a time
+        # (each within the read timeout) would hold the watch thread unbounded. The caller closes the response.
         code = response.status_code
         if code == 410:
             raise _Relist("gone", "watch answered 410 Gone")
