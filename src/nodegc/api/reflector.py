@@ -52,7 +52,7 @@ import math
 import random
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -129,6 +129,24 @@ class _Relist(Exception):
     def __init__(self, reason: str, detail: str) -> None:
         super().__init__(detail)
         self.reason = reason
+
+
+def _lines(chunks: Iterator[bytes], until: float) -> Iterator[str]:
+    """The stream's lines as they arrive, until the stream ends or `until` (monotonic) is past, inside a
+    line too: `iter_lines()` hands out nothing before a line is whole, so a line that never ends, sent a
+    byte at a time (each within the read timeout), would hold the watch past its resync for good."""
+    pending = bytearray()
+    for chunk in chunks:
+        pending += chunk
+        start = 0
+        while (end := pending.find(b"\n", start)) >= 0:
+            yield pending[start:end].rstrip(b"\r").decode("utf-8", "replace")
+            start = end + 1
+        del pending[:start]
+        if time.monotonic() >= until:
+            return
+    if pending:
+        yield pending.decode("utf-8", "replace")
 
 
 class _WatchFailed(Exception):
@@ -684,7 +702,7 @@ class Reflector(Generic[T]):
                 return True  # asked for while this request was being opened (request_relist found none)
             if response.status_code != 200:
                 self._raise_for_watch_status(response)
-            for line in response.iter_lines():
+            for line in _lines(response.iter_bytes(), until):
                 if run.stopping.is_set() or self._relist_wanted.is_set():
                     return True
                 if not line.strip():
@@ -693,7 +711,7 @@ class Reflector(Generic[T]):
                 self._apply(run, line)
                 if time.monotonic() >= until:
                     return True
-            return got_line
+            return got_line or time.monotonic() >= until
         except httpx2.ReadTimeout as e:
             if time.monotonic() >= until:
                 return True  # the resync is due (a relist follows either way)
@@ -705,7 +723,8 @@ class Reflector(Generic[T]):
             response.close()
 
     def _raise_for_watch_status(self, response: httpx2.Response) -> None:
-        response.read()
+        # The body is not read: the status line says all that is used, and a body sent a byte at a time
+        # (each within the read timeout) would hold the watch thread unbounded. The caller closes the response.
         code = response.status_code
         if code == 410:
             raise _Relist("gone", "watch answered 410 Gone")

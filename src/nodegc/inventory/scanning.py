@@ -195,7 +195,8 @@ def _with_tasks(inventory: Inventory, proc_root: Path) -> Inventory:
     cached = {k for e in inventory.cni_cache if (k := netns_key(e.netns))}
     countable = [i for i, e in enumerate(inventory.netns) if e.mounted and e.ns_inode is not None
                  and e.ns_dev is not None]
-    alone = [i for i in countable if entry_key(inventory.netns[i]) not in named | cached]
+    tied = named | cached
+    alone = [i for i in countable if entry_key(inventory.netns[i]) not in tied]
     if not alone:
         return inventory
     picked = alone + [i for i in countable if entry_key(inventory.netns[i]) in ready]
