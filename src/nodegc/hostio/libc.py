@@ -66,19 +66,19 @@ M_MMAP_THRESHOLD = -3
 M_ARENA_MAX = -8
 LONG_RUNNING_MALLOC = {"MALLOC_ARENA_MAX": (M_ARENA_MAX, 1), "MALLOC_MMAP_THRESHOLD_": (M_MMAP_THRESHOLD, 128 * 1024),
                        "MALLOC_TRIM_THRESHOLD_": (M_TRIM_THRESHOLD, 128 * 1024)}
-_TUNABLE = {"MALLOC_ARENA_MAX": "glibc.malloc.arena_max", "MALLOC_MMAP_THRESHOLD_": "glibc.malloc.mmap_threshold",
-            "MALLOC_TRIM_THRESHOLD_": "glibc.malloc.trim_threshold"}
-"""The GLIBC_TUNABLES name of each setting: an operator may set either form."""
 """glibc's allocator settings for a long-running process (the agent): one arena (its threads allocate
 under the interpreter's lock anyway, and each arena of a thread keeps what it once held), and blocks of
 128 KiB or more (an iptables dump, a file's bytes) mapped and given back when freed, never kept in the
 heap as glibc's adaptive threshold would after the first such free. About 2 MiB of the agent's RSS."""
+_TUNABLE = {"MALLOC_ARENA_MAX": "glibc.malloc.arena_max", "MALLOC_MMAP_THRESHOLD_": "glibc.malloc.mmap_threshold",
+            "MALLOC_TRIM_THRESHOLD_": "glibc.malloc.trim_threshold"}
+"""The GLIBC_TUNABLES name of each setting: an operator may set either form."""
 
 
 def tune_malloc(settings: dict[str, tuple[int, int]] | None = None) -> list[str]:
     """mallopt() each of `settings` (default `LONG_RUNNING_MALLOC`) that neither its environment variable
-    nor GLIBC_TUNABLES already sets (the operator's choice wins); the names of those set. None on a C library
-    without it."""
+    nor GLIBC_TUNABLES already sets (the operator's choice wins); the names of those set; none on a C
+    library without mallopt."""
     lib = libc()
     mallopt = getattr(lib, "mallopt", None)
     if mallopt is None:

@@ -24,7 +24,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from nodegc.hostio.libc import unique_mount, unique_mounts
-from nodegc.hostio.netlink import NetlinkError, RawLink, RtnlSocket
+from nodegc.hostio.netlink import NetlinkError, NetnsFileChanged, RawLink, RtnlSocket, open_netns
+from nodegc.inventory.netns import netns_file
 from nodegc.model.resources import Kind, NetnsEntry, ReadProblem, VethLink
 
 _NSID_MAX = 2**31 - 1
@@ -200,18 +201,11 @@ def _key_of_fd(entry: NetnsEntry, fd: int) -> _Key | None:
 
 
 def _open_netns(entry: NetnsEntry) -> int | ReadProblem:
-    """An fd on the file, still the namespace the netns scan saw, or why not."""
+    """An fd on the file, still the namespace the netns scan saw (reached as `netns.netns_file` records it:
+    below its directory, no symlink, the same inode and device), or why not."""
     try:
-        # O_NONBLOCK: a FIFO put at the path since the scan does not block the open (its inode differs)
-        fd = os.open(entry.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        return open_netns(netns_file(entry))
+    except NetnsFileChanged as e:
+        return ReadProblem(Kind.VETH, entry.path, f"netns changed since it was scanned: {e}")
     except OSError as e:
         return ReadProblem(Kind.VETH, entry.path, f"cannot open netns: {e.strerror or e}")
-    try:
-        changed = entry.ns_inode is not None and os.fstat(fd).st_ino != entry.ns_inode
-    except OSError as e:
-        os.close(fd)
-        return ReadProblem(Kind.VETH, entry.path, f"cannot get netnsid: {e}")
-    if changed:
-        os.close(fd)
-        return ReadProblem(Kind.VETH, entry.path, "netns changed since it was scanned")
-    return fd
