@@ -25,7 +25,7 @@ from nodegc.model.findings import Finding
 from nodegc.model.pods import DesiredState
 from nodegc.model.resources import Inventory
 from nodegc.model.runtime import RuntimeView
-from nodegc.planning.context import Clock, CorrelationPolicy, Earlier, same_policy
+from nodegc.planning.context import Clock, CorrelationPolicy, Earlier, _read_at, same_policy
 from nodegc.planning.correlate import Correlation, correlation
 
 _COMPARED = tuple(f.name for f in fields(Inventory) if f.name not in ("taken_at", "runtime"))
@@ -104,13 +104,9 @@ def _same(kept: _Kept, inventory: Inventory, desired: DesiredState, now: datetim
     question its verdicts asked of the time alike."""
     return (same_policy(policy, kept.policy)
             and all(getattr(desired, n) == getattr(kept.desired, n) for n in _DESIRED)
-            and kept.clock.answers_alike(now.timestamp(), desired.fetched_at.timestamp(), _read_at(inventory.runtime))
+            and kept.clock.answers_alike(now.timestamp(), desired.fetched_at.timestamp(), _read_at(inventory))
             and _same_view(inventory.runtime, kept.inventory.runtime)
             and all(getattr(inventory, n) == getattr(kept.inventory, n) for n in _COMPARED))
-
-
-def _read_at(view: RuntimeView | None) -> float | None:
-    return view.read_at.timestamp() if view is not None and view.read_at is not None else None
 
 
 def _same_view(view: RuntimeView | None, kept: RuntimeView | None) -> bool:
