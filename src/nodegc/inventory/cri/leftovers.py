@@ -189,14 +189,26 @@ def _task(path: str, proc_root: Path) -> tuple[str | None, str | None]:
     if not os.path.exists(f"{proc_root}/{pid}"):
         return sandbox_id, None
     if cgroup and ":" not in cgroup:
-        # A reused pid is another process: the init process lives in the task's cgroup.
+        # A reused pid is another process: the init process lives in the task's cgroup. /proc/<pid>/cgroup
+        # shows it relative to the reader's cgroup namespace (`/../../<qos>/pod<uid>/<id>` from an agent in
+        # a namespace of its own), so its last component (the container's own) is what must match.
         try:
             mine = (proc_root / str(pid) / "cgroup").read_text()
         except OSError:
             mine = None
-        if mine is not None and cgroup not in mine:
+        if mine is not None and not _in_cgroup(mine, cgroup):
             return sandbox_id, None
     return sandbox_id, f"its init process (pid {pid}) is alive"
+
+
+def _in_cgroup(proc_cgroup: str, cgroups_path: str) -> bool:
+    """Whether a /proc/<pid>/cgroup text names the cgroup `cgroups_path` in some hierarchy: verbatim, or by
+    its last component (the path as another cgroup namespace spells it keeps that one)."""
+    if cgroups_path in proc_cgroup:
+        return True
+    leaf = cgroups_path.rstrip("/").rsplit("/", 1)[-1]
+    return bool(leaf) and any(line.split(":", 2)[-1].rstrip("/").rsplit("/", 1)[-1] == leaf
+                              for line in proc_cgroup.splitlines())
 
 
 def boot_time(proc_root: Path) -> float | None:
