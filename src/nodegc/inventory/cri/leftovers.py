@@ -16,6 +16,7 @@ import json
 import os
 import re
 import stat
+import threading
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -295,11 +296,51 @@ def socket_file(path: str) -> tuple[int, int] | None:
 def serves_socket(proc_root: Path, pid: int, address: str | None, want: tuple[int, int] | None) -> bool | None:
     """Whether a shim's `-address` is the endpoint's socket file as the shim's own mount namespace shows it.
     Another containerd in another mount namespace (a nested node, a second runtime) may listen at the same
-    path: then the file differs (False), and its shims are not this runtime's. None: it cannot be told."""
+    path: then the file differs (False), and its shims are not this runtime's. None: it cannot be told (nor
+    within STAT_WAIT seconds: see `_stat_in_root_bounded`)."""
     if want is None or not address or not address.startswith("/"):
         return None
-    try:
-        st = stat_in_root(proc_root / str(pid) / "root", address)
-    except (OSError, ValueError):
+    st = _stat_in_root_bounded(proc_root / str(pid) / "root", address)
+    if st is None:
         return None
     return stat.S_ISSOCK(st.st_mode) and (st.st_dev, st.st_ino) == want
+
+
+STAT_WAIT = 2.0
+"""Seconds a stat of a shim's `-address` inside its root gets. Any process may name itself a shim, and its
+mount namespace may put a file system that never answers (an NFS volume whose server is gone, a FUSE mount
+nobody serves) on the way: the stat would never return, nor would the scan (the pod directory scan never
+stats inside a volume, for the same reason)."""
+_MAX_WAITING = 16
+"""Stats still waiting past STAT_WAIT (their threads stay blocked in the kernel) before no more is tried."""
+_waiting: dict[tuple[str, str], threading.Thread] = {}
+_waiting_lock = threading.Lock()
+
+
+def _stat_in_root_bounded(root: Path, path: str) -> os.stat_result | None:
+    """`stat_in_root(root, path)` in a thread of its own, waited for STAT_WAIT seconds; None when it fails, when
+    it has not returned by then (the thread is left to end whenever the file system answers), or while a stat
+    of the same path in the same root, or _MAX_WAITING of them, still wait."""
+    key = (os.fspath(root), path)
+    got: list[os.stat_result | None] = []
+
+    def run() -> None:
+        try:
+            got.append(stat_in_root(root, path))
+        except (OSError, ValueError):
+            got.append(None)
+
+    with _waiting_lock:
+        for k in [k for k, t in _waiting.items() if not t.is_alive()]:
+            del _waiting[k]
+        if key in _waiting or len(_waiting) >= _MAX_WAITING:
+            return None
+        thread = _waiting[key] = threading.Thread(target=run, name="nodegc-stat-in-root", daemon=True)
+    thread.start()
+    thread.join(STAT_WAIT)
+    if thread.is_alive():
+        return None
+    with _waiting_lock:
+        if _waiting.get(key) is thread:
+            del _waiting[key]
+    return got[0] if got else None
