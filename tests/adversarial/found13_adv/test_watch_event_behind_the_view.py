@@ -81,3 +81,37 @@ def test_an_event_behind_the_view_does_not_change_a_proven_view(
         assert sorted(p.name for p in view.pods) == ["a1", "a2"], "a replayed event took a live pod out"
     finally:
         ref.stop()
+
+
+def test_a_bookmark_behind_the_view_does_not_move_the_watch_back(
+        api: FakeKubeAPI, kubeconfig: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bookmark at a version the view already passed set the watch's resume point back to it: the next watch
+    asked the server to replay what the view held already (older states of its pods, applied again)."""
+    api.add_pod(pod("a1"))
+    old = api.resource_version
+    api.add_pod(pod("a2"))
+    line = (json.dumps({"type": "BOOKMARK", "object": {"kind": "Pod", "apiVersion": "v1",
+                                                        "metadata": {"resourceVersion": str(old)}}}) + "\n").encode()
+    handle = api.handle
+    asked: list[str] = []
+
+    def wrap(method: str, raw_path: str, headers: Any, raw_body: bytes = b"") -> Any:
+        if method == "GET" and "watch=true" in raw_path:
+            asked.append(raw_path)
+            if len(asked) == 1:
+                return Reply(200, RawBody(line))
+        return handle(method, raw_path, headers, raw_body)
+
+    monkeypatch.setattr(api, "handle", wrap)
+    send_raw_bodies(monkeypatch)
+    ref = PodReflector(NODE, kubeconfig=kubeconfig, resync_seconds=60.0, idle_timeout_seconds=0.5,
+                       request_timeout=2.0, retry_seconds=0.02, max_retry_seconds=0.2)
+    try:
+        ref.start()
+        assert ref.wait_synced(20)
+        assert _wait(lambda: len(asked) >= 2)
+        listed = ref.resource_version()
+        assert listed is not None and listed > old
+        assert f"resourceVersion={listed}" in asked[1], asked[1]
+    finally:
+        ref.stop()
