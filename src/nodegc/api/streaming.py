@@ -138,7 +138,8 @@ class Body:
     A page of 500 pods as a cluster sends them is several MB. Kept in the heap (a bytearray), such a buffer
     grows past glibc's mmap threshold once, the threshold rises to its size at its free, and every later
     page then comes from the heap: freed, it stays resident (unless the threshold is fixed, as the agent
-    fixes it: `hostio.libc.tune_malloc`; the controller and the CLI leave it adaptive). A map of its own is
+    fixes it, as the controller and the CLI do: `hostio.libc.tune_malloc`, unless the operator's MALLOC_* or
+    GLIBC_TUNABLES leave it adaptive). A map of its own is
     given back whole whatever the allocator does. It grows by doubling (mremap: a private map; a shared
     anonymous one would fault past its first size); pages never written are never resident."""
 
