@@ -120,10 +120,7 @@ def _network(ctx: Context, previous: NetworkPass | None, again: _Again | None, o
         ctx.findings.extend(previous.reservations)
         ctx.reservations_by_cid.update(previous.reservations_by_cid)
     reservations = tuple(ctx.findings[start:])
-    # A verdict on a namespace reads the cache entries' verdicts by path: with two entries of one path, the
-    # one it reads may be another key's, so nothing of the namespaces is taken then.
-    changed = (_changed_keys(previous, ctx) if previous is not None
-               and len({e.path for e in ctx.inv.cni_cache}) == len(ctx.inv.cni_cache) else None)
+    changed = _changed_keys(previous, ctx) if previous is not None else None
     cache_findings = _cache_entries(ctx, previous, changed, again, once)
     netns_findings = _namespaces(ctx, previous, changed, again, once)
     veth_findings = _veths(ctx, previous, again)
@@ -172,8 +169,8 @@ def _cache_entries(ctx: Context, previous: NetworkPass | None, changed: set[str]
             else:
                 ctx.add(before)
     made = tuple(ctx.findings[start:])
-    # one verdict per entry, the last of a path wins (as a search of the findings by id would find it)
-    ctx.cache_findings = {f.id: f for f in made}
+    # one verdict per entry, in order: each entry's own (two entries may be read at one path)
+    ctx.cache_findings = {id(e): f for e, f in zip(ctx.inv.cni_cache, made, strict=True)}
     return made
 
 
@@ -265,7 +262,6 @@ class _Again:
     def __init__(self, ctx: Context, earlier: Earlier, network: NetworkPass) -> None:
         self.ctx, self.then, self.net = ctx, earlier, network
         self.once = network.once
-        self.cache_then = {f.id: f for f in network.cache_findings}
         self.pending_same = ctx.pending_note() == earlier.pending_note
         self.static_same = (ctx.desired.node == earlier.node and tuple(ctx.mirrored) == earlier.mirrored
                             and tuple(ctx.unmirrored) == earlier.unmirrored)
@@ -286,8 +282,9 @@ class _Again:
         return cls(ctx, earlier, network)
 
     def _resolved_alike(self, entries: Iterable[CNICacheEntry]) -> bool:
-        now, then = self.ctx.resolutions, self.then.resolutions
-        return all(now.get(e.path) is then.get(e.path) for e in entries)
+        # The same records: an entry's place is that of the earlier scan's entry it equals.
+        now, then, at = self.ctx.resolutions, self.then.resolutions, self.ctx.entry_at
+        return all(now[i] is then[i] for i in (at[id(e)] for e in entries))
 
     def _claims_alike(self, ips: Iterable[str]) -> bool:
         now, then = self.ctx.pods.claims, self.then.claims
@@ -320,7 +317,7 @@ class _Again:
     def cache_entry(self, i: int, entry: CNICacheEntry) -> Finding | None:
         found = self.net.cache_findings[i]
         res = self.ctx.owner_of(entry)
-        if res is not self.then.resolutions.get(entry.path):
+        if res is not self.then.resolutions[i]:
             return None
         if res.state is OwnerState.ABSENT and not self.static_same:
             return None
@@ -340,8 +337,8 @@ class _Again:
         if entries:
             if not self._resolved_alike(entries):
                 return None
-            cache_now = self.ctx.cache_findings
-            if not all(cache_now.get(e.path) is self.cache_then.get(e.path) for e in entries):
+            cache_now, cache_then, at = self.ctx.cache_findings, self.net.cache_findings, self.ctx.entry_at
+            if not all(cache_now.get(id(e)) is cache_then[at[id(e)]] for e in entries):
                 return None
             if not any(self.ctx.owner_of(e).state in HOLDING for e in entries) and not (
                     self._claims_alike([ip for e in entries for ip in e.ips]) and self._held_alike(key)):
@@ -479,7 +476,7 @@ def _resolve_container(ctx: Context, container_id: str, network: str | None) -> 
     """The most protective resolution among the cache entries of one sandbox."""
     first: Resolution | None = None
     for entry in _cache_for(ctx, container_id, network):
-        res = ctx.resolutions.get(entry.path) or ctx.owner_of(entry)
+        res = ctx.owner_of(entry)
         if res.state in HOLDING:
             return res
         if first is None:
@@ -683,6 +680,10 @@ def _netns_held(ctx: Context, netns: str | None, owner_uid: str | None, *, key: 
 
 def _cache_entry(ctx: Context, entry: CNICacheEntry) -> Finding:
     res = ctx.owner_of(entry)
+    if entry.path in ctx.shared_paths:
+        # One file read as entries naming different owners (its evidence says which): never reclaimed.
+        return ctx.add(Finding(FindingClass.CONFLICT, Kind.CNI_CACHE, entry.path, res.owner, res.state, res.evidence,
+                               netns=entry.netns, ip=entry.ips[0] if entry.ips else None))
     conflict = None
     if res.state is OwnerState.ABSENT:
         static = ctx.static_owner(uid=entry.pod_uid, namespace=entry.pod_namespace, name=entry.pod_name)
@@ -725,7 +726,7 @@ def _netns(ctx: Context, ns: NetnsEntry) -> Finding:
         else:
             cls = FindingClass.IN_USE if holding else FindingClass.LEAKED_NETNS
         finding = Finding(cls, Kind.NETNS, ns.path, res.owner, res.state, evidence, netns=ns.path)
-        kept = [f for e in entries if (f := ctx.cache_findings.get(e.path)) is not None and not f.cls.is_residue]
+        kept = [f for e in entries if (f := ctx.cache_findings.get(id(e))) is not None and not f.cls.is_residue]
         if finding.cls.is_residue and kept:
             # Two sandboxes name it: it goes only when every entry naming it goes.
             finding = reclass(finding, FindingClass.PROTECTED,
