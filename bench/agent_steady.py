@@ -7,7 +7,8 @@ number of cycles is read from /proc, and divided by the cycles (counted from its
 `core_share_at_interval` is that CPU over the production interval (30 s by default): the share of one core
 the agent takes on such a node. RSS is the agent's resident memory after the run (`VmRSS`) and its peak
 (`VmHWM`); `startup_rss_mib` is its resident memory when it logs `agent started` (imports, wiring, the
-source started), before any cycle: what the cycles add is the rest. Each setup runs `--repeat` times (a
+source started), before any cycle: what the cycles add is the rest; `rss_parts_mib` is where the RSS
+after the run sits (`rss_parts_mib()`). Each setup runs `--repeat` times (a
 fresh agent and ledger each time) on the same node, and the medians are reported beside every run's
 figures: CPU time, not wall time, so other work on the machine slows a cycle but does not change its
 figure much. Prints JSON.
@@ -71,6 +72,38 @@ def memory_mib(pid: int) -> dict[str, float]:
         key, _, value = line.partition(":")
         if key in ("VmRSS", "VmHWM", "RssAnon", "RssFile"):
             out[key] = round(int(value.split()[0]) / 1024, 1)
+    return out
+
+
+def rss_parts_mib(pid: int, *, top: int = 6) -> dict[str, Any]:
+    """Where the resident memory sits (/proc/<pid>/smaps): the C heap (glibc's brk heap: Python objects of
+    more than 512 bytes, the libraries' allocations), the other anonymous maps (pymalloc's 1 MiB arenas,
+    blocks mmapped by malloc, thread stacks), the libraries' own writable data (the anonymous part of
+    their maps), and what is read from files (their code and constants, shared and clean), by file."""
+    parts = {"heap": 0, "anon_maps": 0, "library_data": 0, "file": 0}
+    files: dict[str, int] = {}
+    name = ""
+    for line in Path(f"/proc/{pid}/smaps").read_text().splitlines():
+        head, _, rest = line.partition(" ")
+        if not head.endswith(":"):  # a map's first line: range, permissions, offset, device, inode, path
+            fields = line.split(maxsplit=5)
+            name = fields[5] if len(fields) > 5 else ""
+        elif head == "Rss:":
+            kib = int(rest.split()[0])
+            if name == "[heap]":
+                parts["heap"] += kib
+            elif not name or name.startswith("["):
+                parts["anon_maps"] += kib
+            else:
+                files[name.rsplit("/", 1)[-1]] = files.get(name.rsplit("/", 1)[-1], 0) + kib
+        elif head == "Anonymous:" and name and not name.startswith("["):
+            kib = int(rest.split()[0])
+            parts["library_data"] += kib
+            key = name.rsplit("/", 1)[-1]
+            files[key] -= kib
+    parts["file"] = sum(files.values())
+    out: dict[str, Any] = {k: round(v / 1024, 1) for k, v in parts.items()}
+    out["file_top"] = {k: round(v / 1024, 1) for k, v in sorted(files.items(), key=lambda kv: -kv[1])[:top]}
     return out
 
 
@@ -164,6 +197,7 @@ def run_agent(argv: list[str], *, warmup: int, cycles: int, env: dict[str, str] 
             if len(marks) > warmup + cycles:
                 break
         memory = memory_mib(agent.pid)
+        parts = rss_parts_mib(agent.pid)
         libraries = loaded_modules(agent.pid, ("cygrpc", "_message", "_ssl", "_sqlite3", "msgspec"))
     finally:
         agent.terminate()
@@ -183,6 +217,7 @@ def run_agent(argv: list[str], *, warmup: int, cycles: int, env: dict[str, str] 
         "peak_rss_mib": memory.get("VmHWM"),
         "rss_anon_mib": memory.get("RssAnon"),
         "rss_file_mib": memory.get("RssFile"),
+        "rss_parts_mib": parts,
         "libraries": libraries,
         "blocked": blocked[:2],
         "errors": errors[:2],
