@@ -7,7 +7,8 @@ number of cycles is read from /proc, and divided by the cycles (counted from its
 `core_share_at_interval` is that CPU over the production interval (30 s by default): the share of one core
 the agent takes on such a node. RSS is the agent's resident memory after the run (`VmRSS`) and its peak
 (`VmHWM`); `startup_rss_mib` is its resident memory when it logs `agent started` (imports, wiring, the
-source started), before any cycle: what the cycles add is the rest. Each setup runs `--repeat` times (a
+source started), before any cycle: what the cycles add is the rest; `rss_parts_mib` is where the RSS
+after the run sits (`rss_parts_mib()`). Each setup runs `--repeat` times (a
 fresh agent and ledger each time) on the same node, and the medians are reported beside every run's
 figures: CPU time, not wall time, so other work on the machine slows a cycle but does not change its
 figure much. Prints JSON.
@@ -71,6 +72,38 @@ def memory_mib(pid: int) -> dict[str, float]:
         key, _, value = line.partition(":")
         if key in ("VmRSS", "VmHWM", "RssAnon", "RssFile"):
             out[key] = round(int(value.split()[0]) / 1024, 1)
+    return out
+
+
+def rss_parts_mib(pid: int, *, top: int = 6) -> dict[str, Any]:
+    """Where the resident memory sits (/proc/<pid>/smaps): the C heap (glibc's brk heap: Python objects of
+    more than 512 bytes, the libraries' allocations), the other anonymous maps (pymalloc's 1 MiB arenas,
+    blocks mmapped by malloc, thread stacks), the libraries' own writable data (the anonymous part of
+    their maps), and what is read from files (their code and constants, shared and clean), by file."""
+    parts = {"heap": 0, "anon_maps": 0, "library_data": 0, "file": 0}
+    files: dict[str, int] = {}
+    name = ""
+    for line in Path(f"/proc/{pid}/smaps").read_text().splitlines():
+        head, _, rest = line.partition(" ")
+        if not head.endswith(":"):  # a map's first line: range, permissions, offset, device, inode, path
+            fields = line.split(maxsplit=5)
+            name = fields[5] if len(fields) > 5 else ""
+        elif head == "Rss:":
+            kib = int(rest.split()[0])
+            if name == "[heap]":
+                parts["heap"] += kib
+            elif not name or name.startswith("["):
+                parts["anon_maps"] += kib
+            else:
+                files[name.rsplit("/", 1)[-1]] = files.get(name.rsplit("/", 1)[-1], 0) + kib
+        elif head == "Anonymous:" and name and not name.startswith("["):
+            kib = int(rest.split()[0])
+            parts["library_data"] += kib
+            key = name.rsplit("/", 1)[-1]
+            files[key] -= kib
+    parts["file"] = sum(files.values())
+    out: dict[str, Any] = {k: round(v / 1024, 1) for k, v in parts.items()}
+    out["file_top"] = {k: round(v / 1024, 1) for k, v in sorted(files.items(), key=lambda kv: -kv[1])[:top]}
     return out
 
 
@@ -164,6 +197,7 @@ def run_agent(argv: list[str], *, warmup: int, cycles: int, env: dict[str, str] 
             if len(marks) > warmup + cycles:
                 break
         memory = memory_mib(agent.pid)
+        parts = rss_parts_mib(agent.pid)
         libraries = loaded_modules(agent.pid, ("cygrpc", "_message", "_ssl", "_sqlite3", "msgspec"))
     finally:
         agent.terminate()
@@ -183,6 +217,7 @@ def run_agent(argv: list[str], *, warmup: int, cycles: int, env: dict[str, str] 
         "peak_rss_mib": memory.get("VmHWM"),
         "rss_anon_mib": memory.get("RssAnon"),
         "rss_file_mib": memory.get("RssFile"),
+        "rss_parts_mib": parts,
         "libraries": libraries,
         "blocked": blocked[:2],
         "errors": errors[:2],
@@ -224,26 +259,61 @@ def measure_setup(setup: str, node: SandboxNode, pods: list[Any], args: argparse
         snapshot = node.write_snapshot(node.root / "pods.json")
         stack.enter_context(keep_fresh(snapshot))
         base += ["--pods-from", str(snapshot)]
-    runs: dict[str, list[dict[str, Any]]] = {"this": [], "against": []}
-    trees = [("this", None)] + ([("against", args.against)] if args.against is not None else [])
+    trees: list[tuple[str, Path | None, str | None]] = [("this", None, None)]
+    if args.against is not None:
+        trees.append(("against", args.against, None))
+    trees += [(f"forget:{mode}", None, mode) for mode in args.forget]
+    runs: dict[str, list[dict[str, Any]]] = {label: [] for label, _, _ in trees}
     for _ in range(args.repeat):
-        for label, src in trees:  # interleaved: both trees see the same load
+        for label, src, forget in trees:  # interleaved: every variant sees the same load
             with tempfile.TemporaryDirectory(prefix="nodegc-steady-") as state:
-                trace = Path(state) / "trace" if args.trace_memory else None
-                argv = [sys.executable, "-c", TRACED_LAUNCH if trace else LAUNCH, "agent", *base, "--state-dir",
+                trace = Path(state) / "trace" if args.trace_memory and forget is None else None
+                launch = TRACED_LAUNCH if trace else FORGETTING_LAUNCH if forget else LAUNCH
+                argv = [sys.executable, "-c", launch, "agent", *base, "--state-dir",
                         state, "--metrics-address", f"127.0.0.1:{free_port()}"]
-                run = run_agent(argv, warmup=args.warmup, cycles=args.cycles, env=agent_env(src, trace, args.warmup))
+                env = agent_env(src, trace, args.warmup)
+                if forget is not None:
+                    env = (env or dict(os.environ)) | {"NODEGC_FORGET": forget}
+                run = run_agent(argv, warmup=args.warmup, cycles=args.cycles, env=env)
                 if trace is not None:
                     run["memory_trace"] = read_trace(trace, args.warmup, top=args.trace_top)
                 runs[label].append(run)
     out = {"setup": setup, "runtime_socket": bool(runtime), **summary(runs["this"], args)}
     if args.against is not None:
         out["against"] = {"src": str(args.against), **summary(runs["against"], args)}
+    if args.forget:
+        out["forgetting"] = {mode: summary(runs[f"forget:{mode}"], args) for mode in args.forget}
     return out
 
 
 # rich comes with a development tool only; structlog would load it for tracebacks, production does not
 LAUNCH = "import runpy, sys; sys.modules['rich'] = None; runpy.run_module('nodegc', run_name='__main__')"
+FORGET_MODES = ("earlier", "correlations", "all")
+FORGETTING_LAUNCH = """
+import os, runpy, sys
+sys.modules['rich'] = None
+import nodegc.agent as agent
+import nodegc.engine.detecting as detecting
+from nodegc.hostio.libc import trim_malloc
+from nodegc.inventory.scanning import forget_remembered
+mode, wait = os.environ['NODEGC_FORGET'], agent.Wakeups.wait
+def forgetting(self, timeout, stop):
+    if mode == 'earlier':
+        detecting.REMEMBERED._earlier = None
+    else:
+        detecting.REMEMBERED.forget()
+        if mode == 'all':
+            forget_remembered()
+    trim_malloc()
+    return wait(self, timeout, stop)
+agent.Wakeups.wait = forgetting
+runpy.run_module('nodegc', run_name='__main__')
+"""
+"""The agent forgetting, after every cycle, what the next one would reuse (`--forget`): `earlier`, what a
+correlation made anew takes from the last one (`planning.context.Earlier`); `correlations`, the remembered
+correlations too (`planning.remembered`); `all`, every reader's reuse as well (`scanning.forget_remembered`:
+the mount table's parse, the iptables rules, the parsed files, the pod directory watch, the netnsids). What
+that saves of the RSS, and what it costs a cycle."""
 TRACED_LAUNCH = """
 import json, os, runpy, sys, tracemalloc
 sys.modules['rich'] = None
@@ -403,7 +473,14 @@ def main() -> int:
                              " report Python objects at start-up, kept between cycles, a cycle's peak, and where"
                              " what is kept between cycles was allocated")
     parser.add_argument("--trace-top", type=int, default=25, help="sites listed with --trace-memory")
+    parser.add_argument("--forget", default="", metavar="MODES",
+                        help=f"comma-separated, of {', '.join(FORGET_MODES)}: each repeat also runs this tree's"
+                             " agent forgetting that reuse after every cycle (interleaved), reported under"
+                             " `forgetting`")
     args = parser.parse_args()
+    args.forget = [x.strip() for x in args.forget.split(",") if x.strip()]
+    if bad := [x for x in args.forget if x not in FORGET_MODES]:
+        parser.error(f"unknown --forget modes {bad}: choose from {', '.join(FORGET_MODES)}")
     setups = [x.strip() for x in args.setups.split(",") if x.strip()]
     unknown = [x for x in setups if x not in SETUPS]
     if unknown:
