@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 import threading
 import time
+import tracemalloc
+import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -52,9 +54,9 @@ class Huge(dict):  # type: ignore[type-arg]
     """An answer that starts with `head` and goes on with `fill` (no newline in it) up to `total` bytes, sent
     without a length (chunked), as fast as the client takes it."""
 
-    def __init__(self, head: bytes, fill: bytes, total: int) -> None:
+    def __init__(self, head: bytes, fill: bytes, total: int, *, gzip: bool = False) -> None:
         super().__init__()
-        self.head, self.fill, self.total = head, fill, total
+        self.head, self.fill, self.total, self.gzip = head, fill, total, gzip
         self.sent = 0
         self.done = threading.Event()
 
@@ -62,16 +64,18 @@ class Huge(dict):  # type: ignore[type-arg]
 class Server:
     def __init__(self, api: FakeKubeAPI) -> None:
         self.api = api
-        self.rules: list[tuple[Match, int, bytes, bytes]] = []
+        self.rules: list[tuple[Match, int, bytes, bytes, bool]] = []
         self.answers: list[Huge] = []
 
-    def on(self, match: Match, *, code: int = 200, head: bytes = b"", fill: bytes = b" " * 65536) -> None:
-        self.rules.append((match, code, head, fill))
+    def on(self, match: Match, *, code: int = 200, head: bytes = b"", fill: bytes = b" " * 65536,
+           gzip: bool = False) -> None:
+        """`gzip`: the answer sent gzip-compressed (`sent` counts what it inflates to)."""
+        self.rules.append((match, code, head, fill, gzip))
 
     def wrap(self, method: str, raw_path: str, headers: Any, raw_body: bytes = b"") -> Any:
-        for match, code, head, fill in self.rules:
+        for match, code, head, fill, gzip in self.rules:
             if match(method, raw_path):
-                answer = Huge(head, fill, SENT)
+                answer = Huge(head, fill, SENT, gzip=gzip)
                 self.answers.append(answer)
                 return Reply(code, answer)
         return FakeKubeAPI.handle(self.api, method, raw_path, headers, raw_body)
@@ -100,11 +104,17 @@ def server(api: FakeKubeAPI, monkeypatch: pytest.MonkeyPatch) -> Iterator[Server
             self.send_response(code)
             self.send_header("Content-Type", "application/json")
             self.send_header("Transfer-Encoding", "chunked")
+            if payload.gzip:
+                self.send_header("Content-Encoding", "gzip")
             self.end_headers()
+            packer = zlib.compressobj(wbits=31) if payload.gzip else None
             data = payload.head
             while payload.sent < payload.total:
-                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
                 payload.sent += len(data)
+                if packer is not None:
+                    data = packer.compress(data) + (packer.flush() if payload.sent >= payload.total else b"")
+                if data:
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
                 data = payload.fill
             self.wfile.write(b"0\r\n\r\n")
         except (BrokenPipeError, ConnectionResetError):
@@ -182,6 +192,27 @@ def test_an_error_body_over_its_bound_fails_with_the_reason(
     assert "AnswerTooLarge" in str(error) and f"over {LIMIT // 16} bytes" in str(error), error
     assert took < BOUND
     assert server.held() < HELD
+
+
+@pytest.mark.parametrize("request_kind", ["get", "error"])
+def test_a_small_gzip_body_that_inflates_past_the_bound_fails(
+        server: Server, client: lightkube.Client, request_kind: str) -> None:
+    """A write's answer and an error's Status were read as sent and inflated afterwards, whole: 64 KiB of gzip
+    became 64 MiB. They are now counted as they inflate, in pieces (httpx2 drains its decompressor in bounded
+    pieces), and refused at the bound."""
+    head = b'{"kind":"Status","status":"Failure","code":500,"message":"' if request_kind == "error" else \
+        b'{"kind":"Lease","metadata":{"name":"l"}'
+    server.on(lambda m, p: m == "POST" and "/leases" in p, code=500 if request_kind == "error" else 201,
+              head=head, fill=b" " * 65536, gzip=True)
+    lease = Lease(metadata=ObjectMeta(name="l", namespace="default"))
+    tracemalloc.start()
+    try:
+        _, error = refused(lambda: call("creating lease", lambda: Requests(client).create(lease)))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert "AnswerTooLarge" in str(error), error
+    assert peak < 8 * LIMIT, peak
 
 
 def test_answers_within_their_bounds_pass(api: FakeKubeAPI, client: lightkube.Client,
