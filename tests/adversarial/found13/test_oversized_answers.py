@@ -29,6 +29,7 @@ from nodegc.api import streaming
 from nodegc.api.client import make_client
 from nodegc.api.errors import KubeError, call
 from nodegc.api.reads import get_live, list_all
+from nodegc.api.reflector import _lines, _Relist
 from nodegc.api.streaming import Requests
 from nodegc.desired.reflector import PodReflector
 from tests.adversarial.found9.conftest import pod
@@ -248,3 +249,14 @@ def test_a_watch_line_over_its_bound_relists(api: FakeKubeAPI, server: Server, k
         assert "uid-web" in {p.uid for p in ref.fetch().pods}
     assert time.monotonic() - started < BOUND
     assert server.held() < HELD
+
+
+def test_a_whole_watch_line_over_its_bound_is_refused_and_one_under_it_passes(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A line that does end, in one piece, is held to the same bound as one that never does."""
+    monkeypatch.setattr(streaming, "MAX_OBJECT_BYTES", LIMIT)
+    under = b'{"a":"' + b"x" * (LIMIT - 16) + b'"}'
+    lines = _lines(iter([under + b"\n" + b"y" * (LIMIT + 1) + b"\n"]), time.monotonic() + 60)
+    assert next(lines) == under.decode()
+    with pytest.raises(_Relist, match=f"over {LIMIT} bytes"):
+        next(lines)
