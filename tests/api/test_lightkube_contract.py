@@ -180,8 +180,8 @@ def test_a_body_is_unmapped_when_its_reading_fails(monkeypatch: pytest.MonkeyPat
     made: list[streaming.Body] = []
     real = streaming.Body.__init__
 
-    def tracked(self: streaming.Body) -> None:
-        real(self)
+    def tracked(self: streaming.Body, cap: int | None = None) -> None:
+        real(self, cap)
         made.append(self)
 
     monkeypatch.setattr(streaming.Body, "__init__", tracked)

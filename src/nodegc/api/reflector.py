@@ -64,6 +64,7 @@ import httpx2
 import lightkube
 import msgspec
 
+from nodegc.api import streaming
 from nodegc.api.client import make_client
 from nodegc.api.currency import MAX_LEASE_AHEAD_SECONDS, NotCurrent, Witness, check_list
 from nodegc.api.errors import KubeError
@@ -136,15 +137,23 @@ class _Relist(Exception):
 def _lines(chunks: Iterator[bytes], until: float) -> Iterator[str]:
     """The stream's lines as they arrive, until the stream ends or `until` (monotonic) is past, inside a
     line too: `iter_lines()` hands out nothing before a line is whole, so a line that never ends, sent a
-    byte at a time (each within the read timeout), would hold the watch past its resync for good."""
+    byte at a time (each within the read timeout), would hold the watch past its resync for good. A line is
+    one event, one object: past `streaming.MAX_OBJECT_BYTES` without its end it is refused (_Relist) rather
+    than held until the agent runs out of memory."""
+    limit = streaming.MAX_OBJECT_BYTES
     pending = bytearray()
     for chunk in chunks:
         pending += chunk
         start = 0
         while (end := pending.find(b"\n", start)) >= 0:
+            if end - start > limit:
+                break
             yield pending[start:end].rstrip(b"\r").decode("utf-8", "replace")
             start = end + 1
         del pending[:start]
+        if len(pending) > limit:
+            raise _Relist("error", f"a watch line is over {limit} bytes ({limit / streaming.MIB:g} MiB), "
+                                   "its bound")
         if time.monotonic() >= until:
             return
     if pending:

@@ -16,7 +16,10 @@ the client's transport, where no caller sees them arrive: a server or proxy send
 another `100 Continue`) within each read timeout held the caller for as long as it cared to. So every
 connection of the client reads through `_BoundedStream`, which stops a read at the deadline the request in
 progress on this thread set (`_Deadline`): a list's, a GET's or a write's whole answer, headers included,
-and a watch's headers, within BODY_TIMEOUTS read timeouts.
+and a watch's headers, within BODY_TIMEOUTS read timeouts. The bytes of an answer are bounded too, as they
+arrive and decoded (a gzip body counts as what it inflates to): MAX_PAGE_BYTES for a list page,
+MAX_OBJECT_BYTES for one object (a GET, a write's answer, a watch line), MAX_ERROR_BYTES for an error's
+Status; past its bound the read stops with `AnswerTooLarge`, which fails the call as a timeout does.
 """
 
 from __future__ import annotations
@@ -132,6 +135,29 @@ within this many of its request's read timeouts (30 s by default), and a watch's
 itself bounds each read of the socket only."""
 
 
+MIB = 1 << 20
+MAX_OBJECT_BYTES = 16 * MIB
+"""One object as JSON: a GET's answer, a write's, a watch event (one line). etcd refuses a write over 1.5 MiB
+(its default --max-request-bytes), so no object it stores is larger; its JSON on the wire is larger than
+its protobuf in etcd, seldom twice. Ten times that request bound, and a sixteenth of the agent's memory limit
+(256 MiB, deploy/agent-daemonset.yaml)."""
+MAX_PAGE_BYTES = 128 * MIB
+"""One page of a list, decoded. A page is at most `limit` objects (`api.reads.CHUNK_SIZE`, 500): 256 KiB
+each on average fits, where a pod as clusters send it is 5 to 50 KiB (the largest, with long annotations and
+managedFields, near 100). 500 objects of the 1.5 MiB etcd allows would be 750 MiB: more than the agent's
+memory limit (256 MiB) holds however it reads them, so the bound is the memory the agent can spare for one
+page (about 45 MiB before any pod, the page's buffer given back whole after it: `Body`), not that extreme.
+A page over it fails the list as any failure does: nothing is reclaimed, the list is retried backed off."""
+MAX_ERROR_BYTES = 1 * MIB
+"""An error's Status: a few hundred bytes (its message names the object and the reason; a field error
+quotes no long value)."""
+
+
+class AnswerTooLarge(httpx2.RequestError):
+    """An answer past its byte bound (MAX_*_BYTES): the read stopped there and the connection is closed; the
+    call fails as a timed-out one does (a KubeError naming the bound, from `errors.call`)."""
+
+
 class Body:
     """A list page's body in an anonymous memory map of its own, unmapped at `close()` (the end of a `with`).
 
@@ -145,7 +171,9 @@ class Body:
 
     INITIAL = 1 << 20
 
-    def __init__(self) -> None:
+    def __init__(self, cap: int | None = None) -> None:
+        self._cap = cap
+        """The map never grows past this (a larger body is refused before it is written: `_Deadline.pour`)."""
         self._map = mmap.mmap(-1, self.INITIAL, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         self._size = 0
         self._views: list[memoryview] = []
@@ -153,7 +181,8 @@ class Body:
     def extend(self, chunk: bytes) -> None:
         end = self._size + len(chunk)
         if end > len(self._map):
-            self._map.resize(max(end, 2 * len(self._map)))
+            grown = max(end, 2 * len(self._map))
+            self._map.resize(grown if self._cap is None else max(end, min(grown, self._cap)))
         self._map[self._size:end] = chunk
         self._size = end
 
@@ -196,9 +225,10 @@ class RawReads:
         Failures raise as lightkube's `list()` raises them (ApiError, httpx2 errors)."""
         basic: BasicRequest = self._generic.prepare_request(
             "list", res=resource, namespace=namespace, params={k: v for k, v in params.items() if v is not None})
-        body = Body()
+        limit = MAX_PAGE_BYTES
+        body = Body(limit)
         try:
-            self._read(basic, body.extend)
+            self._read(basic, body.extend, limit)
         except BaseException:
             body.close()
             raise
@@ -208,16 +238,17 @@ class RawReads:
         """One object; failures (a 404 included) raise as lightkube's `get()` raises them."""
         basic: BasicRequest = self._generic.prepare_request("get", res=resource, name=name, namespace=namespace)
         body = bytearray()
-        self._read(basic, body.extend)
+        self._read(basic, body.extend, MAX_OBJECT_BYTES)
         return body
 
-    def _read(self, basic: BasicRequest, into: Callable[[bytes], object]) -> None:
+    def _read(self, basic: BasicRequest, into: Callable[[bytes], object], limit: int) -> None:
         """The body, handed to `into` as it arrives (one buffer: httpx2's `read()` joins a list of its chunks,
         so a page of a list would be held twice at its end).
 
         The request's timeouts bound each read of the socket, not the body: a server or proxy that sends it a
         little at a time, each read within the timeout, would hold the caller for as long as it cared to. The
-        whole body must arrive within BODY_TIMEOUTS read timeouts (ReadTimeout otherwise), an error's too."""
+        whole body must arrive within BODY_TIMEOUTS read timeouts (ReadTimeout otherwise), an error's too, and
+        be at most `limit` bytes decoded (MAX_ERROR_BYTES for an error's; AnswerTooLarge otherwise)."""
         request = self._generic.build_adapter_request(basic)
         with _Deadline(request) as deadline:
             response: httpx2.Response = self._generic.send(request, stream=True)
@@ -225,7 +256,7 @@ class RawReads:
                 if not response.is_success:
                     # The error carries the Status the server sent: read as bounded as any answer.
                     self._generic.raise_for_status(_whole(response, request, deadline))
-                deadline.pour(response.iter_bytes(), request, into)
+                deadline.pour(response.iter_bytes(), request, into, limit)
             finally:
                 response.close()
 
@@ -290,24 +321,36 @@ class _Deadline:
     def late(self) -> str:
         return f"the answer did not arrive whole within {BODY_TIMEOUTS} read timeouts ({self.budget:g}s)"
 
-    def read(self, chunks: Iterator[bytes], request: httpx2.Request) -> bytearray:
+    def read(self, chunks: Iterator[bytes], request: httpx2.Request, limit: int) -> bytearray:
         body = bytearray()
-        self.pour(chunks, request, body.extend)
+        self.pour(chunks, request, body.extend, limit)
         return body
 
-    def pour(self, chunks: Iterator[bytes], request: httpx2.Request, into: Callable[[bytes], object]) -> None:
-        """Each chunk to `into` as it arrives; ReadTimeout once past the deadline."""
+    def pour(self, chunks: Iterator[bytes], request: httpx2.Request, into: Callable[[bytes], object],
+             limit: int) -> None:
+        """Each chunk to `into` as it arrives; ReadTimeout once past the deadline, AnswerTooLarge before a
+        chunk that would take the body past `limit` bytes."""
+        size = 0
         for chunk in chunks:
+            size += len(chunk)
+            if size > limit:
+                raise AnswerTooLarge(f"the answer is over {limit} bytes ({limit / MIB:g} MiB), its bound",
+                                     request=request)
             into(chunk)
             if self.at is not None and time.monotonic() > self.at:
                 raise httpx2.ReadTimeout(self.late(), request=request)
 
 
 def _whole(response: httpx2.Response, request: httpx2.Request, deadline: _Deadline) -> httpx2.Response:
-    """The streamed answer as a read one: its bytes as sent, read within `deadline`, with its status and
-    headers (so it decodes as it would have: Content-Encoding, Content-Type)."""
-    raw = deadline.read(response.iter_raw(), request)
-    return httpx2.Response(response.status_code, headers=response.headers, content=bytes(raw), request=request)
+    """The streamed answer as a read one: its bytes decoded (a Content-Encoding undone as they arrive, so a
+    small gzip body cannot inflate past the bound afterwards), read within `deadline` and MAX_OBJECT_BYTES
+    (MAX_ERROR_BYTES for an error), with its status and its other headers (Content-Type: it decodes as it
+    would have)."""
+    limit = MAX_OBJECT_BYTES if response.is_success else MAX_ERROR_BYTES
+    body = deadline.read(response.iter_bytes(), request, limit)
+    headers = [(k, v) for k, v in response.headers.multi_items()
+               if k.lower() not in ("content-encoding", "content-length", "transfer-encoding")]
+    return httpx2.Response(response.status_code, headers=headers, content=bytes(body), request=request)
 
 
 _ANSWER: contextvars.ContextVar[_Deadline | None] = contextvars.ContextVar("nodegc_answer_deadline", default=None)
