@@ -181,6 +181,31 @@ class Earlier:
     claims: dict[str, list[Pod]] = field(default_factory=dict)
     terminal_claims: dict[str, list[Pod]] = field(default_factory=dict)
     pending_note: str | None = None
+    listed: tuple[Pod, ...] = ()
+    """The pods its indexes were built from, in order (`Context.listed`)."""
+    cache: CacheIndex | None = None
+    """Its index of `inv.cni_cache` (a function of those records alone)."""
+    explained: frozenset[str] | None = None
+    """`Context.explained` (a function of the cache entries and their owners alone)."""
+
+
+def as_before(pods: tuple[Pod, ...], before: dict[str, Pod]) -> tuple[Pod, ...]:
+    """`pods`, each one equal to the pod of its UID in `before` (an earlier scan's index) replaced by that
+    very object: a source that makes new objects at every fetch (a list, a snapshot parsed again) lists
+    the same pods as new objects, and the reuse of verdicts looks pods up by identity. Equal by value is
+    the same to every verdict: they read a pod's fields only (its times through `timestamp()`, which equal
+    datetimes answer alike)."""
+    out: list[Pod] | None = None
+    for i, pod in enumerate(pods):
+        then = before.get(pod.uid)
+        if then is None or then is pod or then != pod:
+            if out is not None:
+                out.append(pod)
+            continue
+        if out is None:
+            out = list(pods[:i])
+        out.append(then)
+    return pods if out is None else tuple(out)
 
 
 def same_policy(a: CorrelationPolicy, b: CorrelationPolicy) -> bool:
@@ -232,6 +257,11 @@ class Context:
     mirrored: list[tuple[StaticPodManifest, Pod]] = field(default_factory=list)
     reused: int = 0
     """How many verdicts (and owners of cache entries) were taken from an earlier scan's (`Earlier`)."""
+    listed: tuple[Pod, ...] = ()
+    """The desired state's pods as the indexes hold them: each pod equal to one of an earlier scan's is
+    that scan's object (`as_before`), so that lookups of the same pods find the very same objects."""
+    explained: frozenset[str] = frozenset()
+    """The UIDs of the pods whose current sandbox a readable cache entry accounts for."""
     """Manifests with their mirror pod in the desired state: the mirror may lag behind an edited manifest."""
     """Static pod manifests whose mirror pod the desired state does not show (or that cannot be read)."""
 
@@ -252,20 +282,20 @@ class Context:
                        resolutions=previous.resolutions, unexplained_pod_dir=previous.unexplained_pod_dir,
                        netns_unreadable=_netns_unreadable(inv), unmirrored=previous.unmirrored,
                        mirrored=previous.mirrored, runtime_unusable=previous.runtime_unusable,
-                       runtime_pass=previous.runtime_pass)
-        pods = PodIndex.build(desired)
-        cache = CacheIndex.build(inv.cni_cache)
-        explained: set[str] = set()
+                       runtime_pass=previous.runtime_pass, listed=previous.listed, explained=previous.explained)
+        listed = as_before(desired.pods, earlier.by_uid) if earlier is not None else desired.pods
+        pods = PodIndex.build(desired, listed)
+        same_entries = earlier is not None and inv.cni_cache == earlier.inv.cni_cache
+        cache = earlier.cache if earlier is not None and same_entries and earlier.cache is not None else (
+            CacheIndex.build(inv.cni_cache))
         resolutions, reused = _resolutions(inv.cni_cache, pods, earlier)
-        for entry in inv.cni_cache:
-            res = resolutions[entry.path]
-            # An entry accounts for the pod's current sandbox only when it holds the address the pod's status
-            # shows: an old sandbox's entry says nothing about a new one still being set up.
-            if res.pod is not None and (not res.pod.pod_ips or _ips(entry.ips) & _ips(res.pod.pod_ips)):
-                explained.add(res.pod.uid)
-        unaccounted = [p for p in desired.pods if p.state is OwnerState.LIVE and not p.host_network
+        if earlier is not None and same_entries and earlier.explained is not None and reused == len(inv.cni_cache):
+            explained = earlier.explained  # the same entries, each with the very same owner: the same answer
+        else:
+            explained = _explained(inv.cni_cache, resolutions)
+        unaccounted = [p for p in listed if p.state is OwnerState.LIVE and not p.host_network
                        and p.uid not in explained]
-        return cls(inv=inv, desired=desired, pods=pods, cache=cache,
+        return cls(inv=inv, desired=desired, pods=pods, cache=cache, listed=listed, explained=explained,
                    clock=Clock(now.timestamp(), desired.fetched_at.timestamp(), read=_read_at(inv)), policy=policy,
                    unaccounted=unaccounted,
                    unreadable_cache=_unreadable_cache(inv), netns_by_key=_netns_by_key(inv), resolutions=resolutions,
@@ -409,6 +439,17 @@ def _read_at(inv: Inventory) -> float | None:
     """When the runtime's view was read: only the clock holds it (see `Clock.read`)."""
     view = inv.runtime
     return view.read_at.timestamp() if view is not None and view.read_at is not None else None
+
+
+def _explained(entries: tuple[CNICacheEntry, ...], resolutions: dict[str, Resolution]) -> frozenset[str]:
+    explained: set[str] = set()
+    for entry in entries:
+        res = resolutions[entry.path]
+        # An entry accounts for the pod's current sandbox only when it holds the address the pod's status
+        # shows: an old sandbox's entry says nothing about a new one still being set up.
+        if res.pod is not None and (not res.pod.pod_ips or _ips(entry.ips) & _ips(res.pod.pod_ips)):
+            explained.add(res.pod.uid)
+    return frozenset(explained)
 
 
 def _unreadable_cache(inv: Inventory) -> tuple[str, ...]:

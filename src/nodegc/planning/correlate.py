@@ -48,7 +48,8 @@ class Correlation:
                        unmirrored=tuple(ctx.unmirrored), kubelet=self.kubelet, kubelet_clock=self.kubelet_clock,
                        network=self.network if self.network.clock is not None else None,
                        claims=ctx.pods.claims, terminal_claims=ctx.pods.terminal_claims,
-                       pending_note=ctx.pending_note())
+                       pending_note=ctx.pending_note(), listed=ctx.listed, cache=ctx.cache,
+                       explained=ctx.explained)
 
 
 def correlate(

@@ -99,7 +99,12 @@ class _Once:
 
 
 def _network(ctx: Context, previous: NetworkPass | None, again: _Again | None, once: _Once | None) -> NetworkPass:
-    if previous is None:
+    if again is not None:
+        # The same reservations, chains and hostport rules as the earlier pass (`_Again.of`): what they
+        # name is the same (read only, from here on).
+        ctx.network_ips.update(again.net.network_ips)
+        ctx.chain_ips.update(again.net.chain_ips)
+    elif previous is None:
         for r in ctx.inv.ip_reservations:
             ctx.network_ips[r.network].add(r.ip)
         ctx.chain_ips.update(_chain_ips(ctx.inv))
@@ -269,6 +274,14 @@ class _Again:
         self.pending_same = ctx.pending_note() == earlier.pending_note
         self.static_same = (ctx.desired.node == earlier.node and tuple(ctx.mirrored) == earlier.mirrored
                             and tuple(ctx.unmirrored) == earlier.unmirrored)
+        # What a verdict's lookups may find otherwise than they did, worked out once: the cache entries
+        # (by path) whose owner is not the very same, the addresses whose claimants are not the very same.
+        now_res, then_res = ctx.resolutions, earlier.resolutions
+        self.moved = {path for path, res in now_res.items() if res is not then_res.get(path)}
+        self.moved.update(then_res.keys() - now_res.keys())
+        touched = _touched_ips(ctx.listed, earlier.listed)
+        self.claimed = _moved_claims(ctx.pods.claims, earlier.claims, touched)
+        self.terminal = _moved_claims(ctx.pods.terminal_claims, earlier.terminal_claims, touched)
 
     @classmethod
     def of(cls, ctx: Context, earlier: Earlier | None, main: Clock, part: Clock) -> _Again | None:
@@ -286,16 +299,16 @@ class _Again:
         return cls(ctx, earlier, network)
 
     def _resolved_alike(self, entries: Iterable[CNICacheEntry]) -> bool:
-        now, then = self.ctx.resolutions, self.then.resolutions
-        return all(now.get(e.path) is then.get(e.path) for e in entries)
+        """Every entry's owner (by its path) is the very same as then."""
+        moved = self.moved
+        return not moved or all(e.path not in moved for e in entries)
 
     def _claims_alike(self, ips: Iterable[str]) -> bool:
-        now, then = self.ctx.pods.claims, self.then.claims
-        return all(_same_pods(now.get(ip, ()), then.get(ip, ())) for ip in ips)
+        """The pods whose status claims each address are the very same, in the same order, as then."""
+        return not self.claimed or self.claimed.isdisjoint(ips)
 
     def _terminal_alike(self, ips: Iterable[str]) -> bool:
-        now, then = self.ctx.pods.terminal_claims, self.then.terminal_claims
-        return all(_same_pods(now.get(ip, ()), then.get(ip, ())) for ip in ips)
+        return not self.terminal or self.terminal.isdisjoint(ips)
 
     def _held_alike(self, key: str | None) -> bool:
         """What `_netns_held` reads of a key: its record (the same records: the same one), the entries
@@ -344,7 +357,7 @@ class _Again:
             if not all(cache_now.get(e.path) is self.cache_then.get(e.path) for e in entries):
                 return None
             if not any(self.ctx.owner_of(e).state in HOLDING for e in entries) and not (
-                    self._claims_alike([ip for e in entries for ip in e.ips]) and self._held_alike(key)):
+                    all(self._claims_alike(e.ips) for e in entries) and self._held_alike(key)):
                 return None
         elif ns.mounted and not (self.pending_same and self._claims_alike(ns.addresses)
                                  and self._terminal_alike(ns.addresses)):
@@ -365,10 +378,34 @@ class _Again:
         if not entries or not self._resolved_alike(entries):
             return None
         res = _resolve_container(self.ctx, container_id, network)
-        if res is not None and res.state in GONE and not self._claims_alike(
-                [*(ip for e in entries for ip in e.ips), *self.ctx.chain_ips.get(container_id, ())]):
+        if res is not None and res.state in GONE and not (
+                all(self._claims_alike(e.ips) for e in entries)
+                and self._claims_alike(self.ctx.chain_ips.get(container_id, ()))):
             return None
         return self._taken(found)
+
+
+def _touched_ips(now: tuple[Pod, ...], then: tuple[Pod, ...]) -> set[str] | None:
+    """The addresses (normalized) of the pods listed now but not then or then but not now (by identity),
+    when the pods listed both now and then are in the same order: the claimants of every other address
+    are then the very same pods in the same order (whether a pod claims an address is a function of the
+    pod alone). None when that order differs (every address may have moved)."""
+    now_ids, then_ids = set(map(id, now)), set(map(id, then))  # both alive: no id stands for two pods
+    if [i for i in map(id, now) if i in then_ids] != [i for i in map(id, then) if i in now_ids]:
+        return None
+    touched: set[str] = set()
+    for pods, other in ((now, then_ids), (then, now_ids)):
+        for pod in pods:
+            if id(pod) not in other:
+                touched.update(ip for raw in pod.pod_ips if (ip := normalize_ip(raw)))
+    return touched
+
+
+def _moved_claims(now: dict[str, list[Pod]], then: dict[str, list[Pod]], touched: set[str] | None) -> set[str]:
+    """The addresses whose claimants now are not the very same pods, in the same order, as then (looked
+    for among `touched` only, when known: `_touched_ips`)."""
+    among: Iterable[str] = now.keys() | then.keys() if touched is None else touched
+    return {ip for ip in among if not _same_pods(now.get(ip, ()), then.get(ip, ()))}
 
 
 _NETWORK_READS = ("ip_reservations", "cni_cache", "netns", "veths", "chains", "hostport_rules")

@@ -90,9 +90,10 @@ class PodIndex:
     status may show no IP or an old one (the creation race)."""
 
     @classmethod
-    def build(cls, desired: DesiredState) -> PodIndex:
+    def build(cls, desired: DesiredState, pods: tuple[Pod, ...] | None = None) -> PodIndex:
+        """`pods`: the desired state's pods as the index is to hold them (`planning.context.as_before`)."""
         index = cls()
-        for pod in desired.pods:
+        for pod in desired.pods if pods is None else pods:
             index.by_uid[pod.uid] = pod
             if pod.static_uid:
                 index.by_uid.setdefault(pod.static_uid, pod)
