@@ -466,15 +466,25 @@ def stand_or_fall_together(ctx: Context) -> None:
     other reason keeps the rest. Runs last, over every domain's verdicts: a CNI DEL of a container id
     releases all its reservations, so no part may go while another is kept. (A runtime sandbox itself is
     not a part: the runtime removes it first, and its parts wait for that.)"""
-    groups: dict[str, list[int]] = defaultdict(list)
+    groups: dict[str, list[int]] = {}
+    first_cls: dict[str, FindingClass] = {}
+    mixed: dict[str, None] = {}
+    """The container ids whose parts are not all of one class (parts of one class are all residue, none
+    kept, or all kept alike, none weaker: nothing to do); in any order: a group reads and changes only its
+    own parts."""
     findings = ctx.findings
     for index, finding in enumerate(findings):
         if (cid := finding.owner.container_id) and finding.kind in _ATTACHMENT:
-            groups[cid].append(index)
-    for cid, indexes in groups.items():
-        first = findings[indexes[0]].cls
-        if all(findings[i].cls is first for i in indexes):
-            continue  # parts of one class: all residue (none kept), or all kept alike (none weaker)
+            group = groups.get(cid)
+            if group is None:
+                groups[cid] = [index]
+                first_cls[cid] = finding.cls
+            else:
+                group.append(index)
+                if finding.cls is not first_cls[cid]:
+                    mixed[cid] = None
+    for cid in mixed:
+        indexes = groups[cid]
         members = [findings[i] for i in indexes]
         keeping = [f for f in members if not f.cls.is_residue]
         if not keeping:
