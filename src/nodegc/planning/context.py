@@ -177,7 +177,9 @@ class Earlier:
     """The kubelet domain's findings, and what they asked of the time."""
     kubelet_clock: Clock
     network: object | None = None
-    """The network domain's pass (`planning.network.NetworkPass`) of a correlation's first pass."""
+    """The network domain's pass (`planning.network.NetworkPass`)."""
+    second: bool = False
+    """Made as a second pass (from a first pass of the same scan, with more namespaces' addresses read)."""
     claims: dict[str, list[Pod]] = field(default_factory=dict)
     terminal_claims: dict[str, list[Pod]] = field(default_factory=dict)
     pending_note: str | None = None

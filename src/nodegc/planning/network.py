@@ -54,28 +54,33 @@ class NetworkPass:
     netns_findings: tuple[Finding, ...] = ()
     veth_findings: tuple[Finding, ...] = ()
     clock: Clock | None = None
-    """What the verdicts a later scan may take again (`_Again`) asked of the time (None: a second pass)."""
+    """What the verdicts a later scan may take again (`_Again`) asked of the time (None: not known)."""
     once: frozenset[int] = frozenset()
     """The verdicts (by id) a later scan may not take again: they read the time itself, or facts of the
     whole node (a reservation or rule no cache entry explains)."""
+    second: bool = False
+    """A second pass (made from a first pass of the same scan, `previous`): a later scan's second pass
+    takes from it what its own first pass cannot give (the verdicts on the namespaces whose addresses
+    were read, and on what names them)."""
 
 
 def correlate_network(ctx: Context, previous: NetworkPass | None = None,
                       earlier: Earlier | None = None) -> NetworkPass:
     """`previous`: the pass of a correlation whose inventory differs from this one's in its namespaces
-    only (`Context.same_but_netns`). `earlier`: what a correlation of an earlier scan left: its verdicts
-    whose every input is the same are taken again (`_Again`)."""
-    if previous is not None:
-        return _network(ctx, previous, None, None)
+    only (`Context.same_but_netns`): its verdicts on what no changed namespace touches are taken. `earlier`:
+    what a correlation of an earlier scan left (for a second pass, an earlier second pass's): its verdicts
+    whose every input is the same are taken again (`_Again`), where `previous` has none to give."""
     main = ctx.clock
     # The verdicts a later scan may take again ask a clock of their own; the others, the correlation's.
     ctx.clock = part = main.blank()
     again = _Again.of(ctx, earlier, main, part)
     try:
-        made = _network(ctx, None, again, _Once(main, part))
+        made = _network(ctx, previous, again, _Once(main, part))
     finally:
         ctx.clock = main
     main.merge(part)
+    if again is not None:
+        ctx.reused += again.taken
     return made
 
 
@@ -98,7 +103,7 @@ class _Once:
         self.ids.add(id(ctx.findings[before]))
 
 
-def _network(ctx: Context, previous: NetworkPass | None, again: _Again | None, once: _Once | None) -> NetworkPass:
+def _network(ctx: Context, previous: NetworkPass | None, again: _Again | None, once: _Once) -> NetworkPass:
     if again is not None:
         # The same reservations, chains and hostport rules as the earlier pass (`_Again.of`): what they
         # name is the same (read only, from here on).
@@ -118,9 +123,8 @@ def _network(ctx: Context, previous: NetworkPass | None, again: _Again | None, o
             _reservation_once(ctx, i, reservation, reserved_ips, again=again, once=once)
         before = len(ctx.findings)
         _status_conflicts(ctx, reserved_ips)
-        if once is not None:
-            for i in range(before, len(ctx.findings)):
-                once.whole_node(ctx, i)
+        for i in range(before, len(ctx.findings)):
+            once.whole_node(ctx, i)
     else:
         ctx.findings.extend(previous.reservations)
         ctx.reservations_by_cid.update(previous.reservations_by_cid)
@@ -145,35 +149,34 @@ def _network(ctx: Context, previous: NetworkPass | None, again: _Again | None, o
             index += 1
     else:
         ctx.findings.extend(previous.rules)
+    clock: Clock | None = once.part
+    ids = frozenset(once.ids)
+    if previous is not None:
+        # What it took from `previous` asked that pass's clock, and is made once where that one's was.
+        clock = previous.clock.copy() if previous.clock is not None else None
+        if clock is not None:
+            clock.merge(once.part)
+        ids |= previous.once
     return NetworkPass(reservations, dict(ctx.reservations_by_cid), tuple(ctx.findings[start:]),
                        network_ips=dict(ctx.network_ips), chain_ips=dict(ctx.chain_ips), netns=ctx.inv.netns,
                        netns_by_key=ctx.netns_by_key, netns_unreadable=ctx.netns_unreadable,
                        netns_class=dict(ctx.netns_class), cache_findings=cache_findings,
                        netns_findings=netns_findings, veth_findings=veth_findings,
-                       clock=once.part if once is not None else None,
-                       once=frozenset(once.ids) if once is not None else frozenset())
+                       clock=clock, once=ids, second=previous is not None)
 
 
 def _cache_entries(ctx: Context, previous: NetworkPass | None, changed: set[str] | None,
-                   again: _Again | None = None, once: _Once | None = None) -> tuple[Finding, ...]:
+                   again: _Again | None, once: _Once) -> tuple[Finding, ...]:
     """A verdict per cache entry; the previous pass's where no key the entry's netns path reads changed."""
     start = len(ctx.findings)
-    if previous is None and once is not None:
+    if previous is None or changed is None:
         for i, entry in enumerate(ctx.inv.cni_cache):
-            if again is not None and (taken := again.cache_entry(i, entry)) is not None:
-                ctx.add(taken)
-            else:
-                at = len(ctx.findings)
-                _cache_entry(ctx, entry)
-                once.judged(ctx, at)
-    elif previous is None or changed is None:
-        for entry in ctx.inv.cni_cache:
-            _cache_entry(ctx, entry)
+            _cache_entry_once(ctx, i, entry, again, once)
     else:
         redo = {id(e) for key in changed for e in ctx.cache.by_netns.get(key, ())}
-        for entry, before in zip(ctx.inv.cni_cache, previous.cache_findings, strict=True):
+        for i, (entry, before) in enumerate(zip(ctx.inv.cni_cache, previous.cache_findings, strict=True)):
             if id(entry) in redo:
-                _cache_entry(ctx, entry)
+                _cache_entry_once(ctx, i, entry, again, once)
             else:
                 ctx.add(before)
     made = tuple(ctx.findings[start:])
@@ -182,52 +185,50 @@ def _cache_entries(ctx: Context, previous: NetworkPass | None, changed: set[str]
     return made
 
 
+def _cache_entry_once(ctx: Context, i: int, entry: CNICacheEntry, again: _Again | None, once: _Once) -> None:
+    if again is not None and (taken := again.cache_entry(i, entry)) is not None:
+        ctx.add(taken)
+        return
+    at = len(ctx.findings)
+    _cache_entry(ctx, entry)
+    once.judged(ctx, at)
+
+
 def _namespaces(ctx: Context, previous: NetworkPass | None, changed: set[str] | None,
-                again: _Again | None = None, once: _Once | None = None) -> tuple[Finding, ...]:
+                again: _Again | None, once: _Once) -> tuple[Finding, ...]:
     start = len(ctx.findings)
-    aligned = previous is not None and len(previous.netns) == len(ctx.inv.netns)
+    aligned = previous is not None and changed is not None and len(previous.netns) == len(ctx.inv.netns)
     for i, ns in enumerate(ctx.inv.netns):
-        if once is not None:
-            taken = again.netns(i, ns) if again is not None else None
-            if taken is not None:
-                finding = ctx.add(taken)
-            else:
-                at = len(ctx.findings)
-                finding = _netns(ctx, ns)
-                once.judged(ctx, at)
-        elif previous is None or changed is None or not aligned or _netns_changed(ns, previous.netns[i], changed):
-            finding = _netns(ctx, ns)
-        else:
+        if aligned and previous is not None and changed is not None and not _netns_changed(
+                ns, previous.netns[i], changed):
             finding = ctx.add(previous.netns_findings[i])
+        elif again is not None and (taken := again.netns(i, ns)) is not None:
+            finding = ctx.add(taken)
+        else:
+            at = len(ctx.findings)
+            finding = _netns(ctx, ns)
+            once.judged(ctx, at)
         ctx.netns_class[ns.path] = finding
     return tuple(ctx.findings[start:])
 
 
-def _veths(ctx: Context, previous: NetworkPass | None, again: _Again | None = None) -> tuple[Finding, ...]:
+def _veths(ctx: Context, previous: NetworkPass | None, again: _Again | None) -> tuple[Finding, ...]:
     """A veth follows its peer's namespace: the previous verdict stands while that namespace's does (and
     an earlier scan's, for the same record, while that scan's verdict on the namespace is the one here)."""
     start = len(ctx.findings)
-    if previous is None and again is not None:
-        for i, link in enumerate(ctx.inv.veths):
-            if (taken := again.veth(i, link)) is not None:
-                ctx.add(taken)
-            else:
-                _veth(ctx, link)
-    elif previous is None:
-        for link in ctx.inv.veths:
+    for i, link in enumerate(ctx.inv.veths):  # a second pass: the very same veths as `previous` judged
+        if previous is not None and ctx.netns_class.get(
+                peer := link.peer_netns_path or "") is previous.netns_class.get(peer):
+            ctx.add(previous.veth_findings[i])
+        elif again is not None and (taken := again.veth(i, link)) is not None:
+            ctx.add(taken)
+        else:
             _veth(ctx, link)
-    else:
-        for link, before in zip(ctx.inv.veths, previous.veth_findings, strict=True):
-            peer = link.peer_netns_path or ""
-            if ctx.netns_class.get(peer) is previous.netns_class.get(peer):
-                ctx.add(before)
-            else:
-                _veth(ctx, link)
     return tuple(ctx.findings[start:])
 
 
 def _reservation_once(ctx: Context, i: int, r: IPReservation, reserved_ips: set[str], *, again: _Again | None,
-                      once: _Once | None) -> None:
+                      once: _Once) -> None:
     if again is not None and (taken := again.reservation(i, r)) is not None:
         ctx.add(taken)
         if r.container_id:
@@ -235,23 +236,21 @@ def _reservation_once(ctx: Context, i: int, r: IPReservation, reserved_ips: set[
         return
     before = len(ctx.findings)
     _reservation(ctx, r, reserved_ips)
-    if once is not None:
-        once.judged(ctx, before)
-        if r.container_id and not ctx.cache.by_container.get(r.container_id):
-            once.whole_node(ctx, before)  # no cache entry explains it: the whole node's facts decide
+    once.judged(ctx, before)
+    if r.container_id and not ctx.cache.by_container.get(r.container_id):
+        once.whole_node(ctx, before)  # no cache entry explains it: the whole node's facts decide
 
 
 def _rule_once(ctx: Context, i: int, kind: Kind, ident: str, *, container_id: str | None,
-               network: str | None, again: _Again | None, once: _Once | None) -> None:
+               network: str | None, again: _Again | None, once: _Once) -> None:
     if again is not None and (taken := again.rule(i, container_id, network)) is not None:
         ctx.add(taken)
         return
     before = len(ctx.findings)
     _by_container(ctx, kind, ident, container_id, network)
-    if once is not None:
-        once.judged(ctx, before)
-        if container_id and not _cache_for(ctx, container_id, network):
-            once.whole_node(ctx, before)  # follows reservations and the whole node's facts
+    once.judged(ctx, before)
+    if container_id and not _cache_for(ctx, container_id, network):
+        once.whole_node(ctx, before)  # follows reservations and the whole node's facts
 
 
 def _same_pods(now: Sequence[Pod], then: Sequence[Pod]) -> bool:
@@ -270,6 +269,8 @@ class _Again:
     def __init__(self, ctx: Context, earlier: Earlier, network: NetworkPass) -> None:
         self.ctx, self.then, self.net = ctx, earlier, network
         self.once = network.once
+        self.taken = 0
+        """How many verdicts were taken."""
         self.cache_then = {f.id: f for f in network.cache_findings}
         self.pending_same = ctx.pending_note() == earlier.pending_note
         self.static_same = (ctx.desired.node == earlier.node and tuple(ctx.mirrored) == earlier.mirrored
@@ -317,7 +318,10 @@ class _Again:
         return ns is None or self._claims_alike(ns.addresses)
 
     def _taken(self, found: Finding) -> Finding | None:
-        return None if id(found) in self.once else found
+        if id(found) in self.once:
+            return None
+        self.taken += 1
+        return found
 
     def reservation(self, i: int, r: IPReservation) -> Finding | None:
         found = self.net.reservations[i] if i < len(self.net.reservations) else None
@@ -368,6 +372,7 @@ class _Again:
         peer = link.peer_netns_path or ""
         if self.ctx.netns_class.get(peer) is not self.net.netns_class.get(peer):
             return None
+        self.taken += 1
         return self.net.veth_findings[i]
 
     def rule(self, i: int, container_id: str | None, network: str | None) -> Finding | None:

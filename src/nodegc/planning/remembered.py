@@ -61,7 +61,10 @@ class Correlations:
         the scan's."""
         self._kept: list[_Kept] = []
         self._earlier: Earlier | None = None
-        """What the last correlation made leaves for the next one (`planning.context.Earlier`)."""
+        """What the last first pass made leaves for the next one (`planning.context.Earlier`)."""
+        self._second: Earlier | None = None
+        """What the last second pass made (detect's, after it read namespaces' addresses) leaves for the next
+        second pass: the verdicts its first pass cannot give it."""
         self.from_earlier = True
         """Whether a correlation made anew takes from the last one (benchmarks compare without: False)."""
         self.taken_again = 0
@@ -82,9 +85,11 @@ class Correlations:
                 self._kept = [again, *(k for k in kept if k is not one)]
                 self.taken_again += 1
                 return one.findings, None
-        made = correlation(inventory, desired, now=now, policy=policy, previous=previous,
-                           earlier=self._earlier if self.from_earlier else None)
-        if made.network.clock is not None or self._earlier is None:  # a first pass: the next scan's first is like it
+        earlier = (self._second if previous is not None else self._earlier) if self.from_earlier else None
+        made = correlation(inventory, desired, now=now, policy=policy, previous=previous, earlier=earlier)
+        if made.network.second:
+            self._second = made.earlier()
+        if not made.network.second or self._earlier is None:  # a first pass: the next scan's first is like it
             self._earlier = made.earlier()
         self.reused += made.context.reused
         # A copy: what the context's clock is asked from now on (nothing, as it is) is not this correlation's.
@@ -95,6 +100,7 @@ class Correlations:
     def forget(self) -> None:
         self._kept = []
         self._earlier = None
+        self._second = None
 
 
 def _same(kept: _Kept, inventory: Inventory, desired: DesiredState, now: datetime,
