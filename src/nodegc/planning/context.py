@@ -189,6 +189,8 @@ class Earlier:
     """Its index of `inv.cni_cache` (a function of those records alone)."""
     explained: frozenset[str] | None = None
     """`Context.explained` (a function of the cache entries and their owners alone)."""
+    netns_keys: tuple[str, ...] = ()
+    """`Context.netns_keys`."""
 
 
 def as_before(pods: tuple[Pod, ...], before: dict[str, Pod]) -> tuple[Pod, ...]:
@@ -242,6 +244,8 @@ class Context:
     unreadable_cache: tuple[str, ...] = ()
     """File names of cache entries that exist but could not be read."""
     netns_by_key: dict[str, NetnsEntry] = field(default_factory=dict)
+    netns_keys: tuple[str, ...] = ()
+    """The key of each of `inv.netns` (`entry_key`), in order."""
     netns_unreadable: frozenset[str] = frozenset()
     """Paths of netns files the scan reported a problem for (their addresses, say, could not be read)."""
     cache_findings: dict[str, Finding] = field(default_factory=dict)
@@ -280,8 +284,9 @@ class Context:
             # clock carries them on.
             return cls(inv=inv, desired=desired, pods=previous.pods, cache=previous.cache,
                        clock=previous.clock.copy(), policy=policy, unaccounted=previous.unaccounted,
-                       unreadable_cache=_unreadable_cache(inv), netns_by_key=_netns_by_key(inv),
-                       resolutions=previous.resolutions, unexplained_pod_dir=previous.unexplained_pod_dir,
+                       unreadable_cache=_unreadable_cache(inv), netns_keys=(keys := _netns_keys(inv, previous)),
+                       netns_by_key=dict(zip(keys, inv.netns, strict=True)), resolutions=previous.resolutions,
+                       unexplained_pod_dir=previous.unexplained_pod_dir,
                        netns_unreadable=_netns_unreadable(inv), unmirrored=previous.unmirrored,
                        mirrored=previous.mirrored, runtime_unusable=previous.runtime_unusable,
                        runtime_pass=previous.runtime_pass, listed=previous.listed, explained=previous.explained)
@@ -300,7 +305,8 @@ class Context:
         return cls(inv=inv, desired=desired, pods=pods, cache=cache, listed=listed, explained=explained,
                    clock=Clock(now.timestamp(), desired.fetched_at.timestamp(), read=_read_at(inv)), policy=policy,
                    unaccounted=unaccounted,
-                   unreadable_cache=_unreadable_cache(inv), netns_by_key=_netns_by_key(inv), resolutions=resolutions,
+                   unreadable_cache=_unreadable_cache(inv), netns_keys=(keys := _netns_keys(inv, earlier)),
+                   netns_by_key=dict(zip(keys, inv.netns, strict=True)), resolutions=resolutions,
                    unexplained_pod_dir=next((f"pod directory {d.path} of a pod the desired state lacks is still there"
                                              for d in inv.pod_dirs
                                              if d.uid not in pods.by_uid and d.uid not in cache.by_uid), None),
@@ -458,8 +464,12 @@ def _unreadable_cache(inv: Inventory) -> tuple[str, ...]:
     return tuple(pr.path.rstrip("/").rsplit("/", 1)[-1] for pr in inv.problems if pr.kind is Kind.CNI_CACHE)
 
 
-def _netns_by_key(inv: Inventory) -> dict[str, NetnsEntry]:
-    return {entry_key(ns): ns for ns in inv.netns}
+def _netns_keys(inv: Inventory, before: Context | Earlier | None) -> tuple[str, ...]:
+    """`entry_key` of each netns record, in order; `before`'s for the very records at the same places."""
+    if before is None or len(before.netns_keys) != len(inv.netns) or len(before.inv.netns) != len(inv.netns):
+        return tuple(entry_key(ns) for ns in inv.netns)
+    return tuple(key if ns is then else entry_key(ns)
+                 for ns, then, key in zip(inv.netns, before.inv.netns, before.netns_keys, strict=True))
 
 
 def _netns_unreadable(inv: Inventory) -> frozenset[str]:

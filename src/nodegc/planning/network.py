@@ -25,7 +25,7 @@ from nodegc.model.resources import (
     VethLink,
 )
 from nodegc.planning.context import GONE, HOLDING, Clock, Context, Earlier, reclass, same_policy, short
-from nodegc.planning.owners import Resolution, entry_key, netns_key, normalize_ip
+from nodegc.planning.owners import Resolution, netns_key, normalize_ip
 from nodegc.planning.phases import hostport_rule_id
 
 
@@ -198,15 +198,16 @@ def _namespaces(ctx: Context, previous: NetworkPass | None, changed: set[str] | 
                 again: _Again | None, once: _Once) -> tuple[Finding, ...]:
     start = len(ctx.findings)
     aligned = previous is not None and changed is not None and len(previous.netns) == len(ctx.inv.netns)
+    keys = ctx.netns_keys
     for i, ns in enumerate(ctx.inv.netns):
         if aligned and previous is not None and changed is not None and not _netns_changed(
-                ns, previous.netns[i], changed):
+                ns, previous.netns[i], changed, keys[i]):
             finding = ctx.add(previous.netns_findings[i])
         elif again is not None and (taken := again.netns(i, ns)) is not None:
             finding = ctx.add(taken)
         else:
             at = len(ctx.findings)
-            finding = _netns(ctx, ns)
+            finding = _netns(ctx, ns, keys[i])
             once.judged(ctx, at)
         ctx.netns_class[ns.path] = finding
     return tuple(ctx.findings[start:])
@@ -352,7 +353,7 @@ class _Again:
 
     def netns(self, i: int, ns: NetnsEntry) -> Finding | None:
         found = self.net.netns_findings[i]
-        key = entry_key(ns)
+        key = self.ctx.netns_keys[i]
         entries = self.ctx.cache.by_netns.get(key, [])
         if entries:
             if not self._resolved_alike(entries):
@@ -430,12 +431,12 @@ def _changed_keys(previous: NetworkPass, ctx: Context) -> set[str]:
     return changed
 
 
-def _netns_changed(ns: NetnsEntry, before: NetnsEntry, changed: set[str]) -> bool:
-    """Whether the verdict on `ns` may differ from the previous pass's on `before` (the record at its place):
-    another record, or a key it reads (the entries naming it, the record `_netns_held` looks up) changed."""
+def _netns_changed(ns: NetnsEntry, before: NetnsEntry, changed: set[str], key: str) -> bool:
+    """Whether the verdict on `ns` (of key `key`) may differ from the previous pass's on `before` (the record
+    at its place): another record, or a key it reads (the entries naming it, the record `_netns_held` looks
+    up) changed."""
     if ns is not before:
         return True
-    key = entry_key(ns)
     return key in changed or (not key and netns_key(ns.path) in changed)
 
 
@@ -758,8 +759,8 @@ def _cache_entry(ctx: Context, entry: CNICacheEntry) -> Finding:
     return ctx.add(finding)
 
 
-def _netns(ctx: Context, ns: NetnsEntry) -> Finding:
-    key = entry_key(ns)
+def _netns(ctx: Context, ns: NetnsEntry, key: str) -> Finding:
+    """`key`: the record's (`entry_key`)."""
     entries = ctx.cache.by_netns.get(key, [])
     finding: Finding
     if entries:
