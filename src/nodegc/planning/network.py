@@ -169,47 +169,40 @@ def _cache_entries(ctx: Context, previous: NetworkPass | None, changed: set[str]
                    again: _Again | None, once: _Once) -> tuple[Finding, ...]:
     """A verdict per cache entry; the previous pass's where no key the entry's netns path reads changed."""
     start = len(ctx.findings)
-    if previous is None or changed is None:
-        for i, entry in enumerate(ctx.inv.cni_cache):
-            _cache_entry_once(ctx, i, entry, again, once)
-    else:
-        redo = {id(e) for key in changed for e in ctx.cache.by_netns.get(key, ())}
-        for i, (entry, before) in enumerate(zip(ctx.inv.cni_cache, previous.cache_findings, strict=True)):
-            if id(entry) in redo:
-                _cache_entry_once(ctx, i, entry, again, once)
-            else:
-                ctx.add(before)
+    add = ctx.findings.append  # a few thousand a scan: the loops below are the domain's cost
+    redo = None if previous is None or changed is None else {
+        id(e) for key in changed for e in ctx.cache.by_netns.get(key, ())}
+    for i, entry in enumerate(ctx.inv.cni_cache):
+        if redo is not None and previous is not None and id(entry) not in redo:
+            add(previous.cache_findings[i])  # a second pass: the very same entries as `previous` judged
+        elif again is not None and (taken := again.cache_entry(i, entry)) is not None:
+            add(taken)
+        else:
+            at = len(ctx.findings)
+            _cache_entry(ctx, entry)
+            once.judged(ctx, at)
     made = tuple(ctx.findings[start:])
     # one verdict per entry, the last of a path wins (as a search of the findings by id would find it)
     ctx.cache_findings = {f.id: f for f in made}
     return made
 
 
-def _cache_entry_once(ctx: Context, i: int, entry: CNICacheEntry, again: _Again | None, once: _Once) -> None:
-    if again is not None and (taken := again.cache_entry(i, entry)) is not None:
-        ctx.add(taken)
-        return
-    at = len(ctx.findings)
-    _cache_entry(ctx, entry)
-    once.judged(ctx, at)
-
-
 def _namespaces(ctx: Context, previous: NetworkPass | None, changed: set[str] | None,
                 again: _Again | None, once: _Once) -> tuple[Finding, ...]:
     start = len(ctx.findings)
     aligned = previous is not None and changed is not None and len(previous.netns) == len(ctx.inv.netns)
-    keys = ctx.netns_keys
+    keys, add, classes = ctx.netns_keys, ctx.findings.append, ctx.netns_class
     for i, ns in enumerate(ctx.inv.netns):
         if aligned and previous is not None and changed is not None and not _netns_changed(
                 ns, previous.netns[i], changed, keys[i]):
-            finding = ctx.add(previous.netns_findings[i])
+            add(finding := previous.netns_findings[i])
         elif again is not None and (taken := again.netns(i, ns)) is not None:
-            finding = ctx.add(taken)
+            add(finding := taken)
         else:
             at = len(ctx.findings)
             finding = _netns(ctx, ns, keys[i])
             once.judged(ctx, at)
-        ctx.netns_class[ns.path] = finding
+        classes[ns.path] = finding
     return tuple(ctx.findings[start:])
 
 
@@ -217,12 +210,13 @@ def _veths(ctx: Context, previous: NetworkPass | None, again: _Again | None) -> 
     """A veth follows its peer's namespace: the previous verdict stands while that namespace's does (and
     an earlier scan's, for the same record, while that scan's verdict on the namespace is the one here)."""
     start = len(ctx.findings)
+    add, classes = ctx.findings.append, ctx.netns_class
     for i, link in enumerate(ctx.inv.veths):  # a second pass: the very same veths as `previous` judged
-        if previous is not None and ctx.netns_class.get(
+        if previous is not None and classes.get(
                 peer := link.peer_netns_path or "") is previous.netns_class.get(peer):
-            ctx.add(previous.veth_findings[i])
+            add(previous.veth_findings[i])
         elif again is not None and (taken := again.veth(i, link)) is not None:
-            ctx.add(taken)
+            add(taken)
         else:
             _veth(ctx, link)
     return tuple(ctx.findings[start:])
@@ -231,7 +225,7 @@ def _veths(ctx: Context, previous: NetworkPass | None, again: _Again | None) -> 
 def _reservation_once(ctx: Context, i: int, r: IPReservation, reserved_ips: set[str], *, again: _Again | None,
                       once: _Once) -> None:
     if again is not None and (taken := again.reservation(i, r)) is not None:
-        ctx.add(taken)
+        ctx.findings.append(taken)
         if r.container_id:
             ctx.reservations_by_cid[r.container_id].append((r, taken))
         return
@@ -245,7 +239,7 @@ def _reservation_once(ctx: Context, i: int, r: IPReservation, reserved_ips: set[
 def _rule_once(ctx: Context, i: int, kind: Kind, ident: str, *, container_id: str | None,
                network: str | None, again: _Again | None, once: _Once) -> None:
     if again is not None and (taken := again.rule(i, container_id, network)) is not None:
-        ctx.add(taken)
+        ctx.findings.append(taken)
         return
     before = len(ctx.findings)
     _by_container(ctx, kind, ident, container_id, network)
@@ -361,8 +355,8 @@ class _Again:
             cache_now = self.ctx.cache_findings
             if not all(cache_now.get(e.path) is self.cache_then.get(e.path) for e in entries):
                 return None
-            if not any(self.ctx.owner_of(e).state in HOLDING for e in entries) and not (
-                    all(self._claims_alike(e.ips) for e in entries) and self._held_alike(key)):
+            if not (all(self._claims_alike(e.ips) for e in entries) and self._held_alike(key)) and not any(
+                    self.ctx.owner_of(e).state in HOLDING for e in entries):
                 return None
         elif ns.mounted and not (self.pending_same and self._claims_alike(ns.addresses)
                                  and self._terminal_alike(ns.addresses)):

@@ -13,7 +13,16 @@ inputs are provably the same: the owners of cache entries that look up the very 
 domain's verdicts when its records, the pods of its directories' UIDs, the static pods and the policy are
 the same and the time answers its questions alike, and, when the network records are the same, each
 network verdict whose lookups find the very same owners and claimants (`planning.network._Again`): a node
-whose pods change every cycle.
+whose pods change every cycle. What moved is worked out once per correlation, not per verdict: the cache
+entries whose owner is not the very same, and the addresses whose claimants are not (looked for among the
+addresses of the pods added or removed, when the pods listed both times keep their order). A pod equal by
+value to the earlier one of its UID is that earlier object (`planning.context.as_before`: a source that
+makes every pod anew, a list or a snapshot parsed again, loses nothing), and the indexes that depend on
+the records alone (the cache entries', the netns keys, the addresses the rules name) are taken with them.
+Detect's second pass takes from the last second pass made the verdicts its own first pass cannot give it
+(on the namespaces whose addresses it read, and the entries and veths that follow them), under the same
+rule: the same network records (addresses read included), owners, claimants, policy, and a time that
+answers alike what those verdicts and the first-pass verdicts it carried asked.
 """
 
 from __future__ import annotations
