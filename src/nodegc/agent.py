@@ -245,7 +245,8 @@ def cmd_agent(settings: AgentSettings) -> int:
                              runtime_endpoint=settings.safety.runtime_endpoint,
                              runtime_timeout=settings.safety.runtime_timeout,
                              iptables_backend=settings.safety.iptables_backend,
-                             runtime_state_dir=settings.safety.runtime_state_dir)
+                             runtime_state_dir=settings.safety.runtime_state_dir,
+                             runc_root=settings.safety.runc_root, cgroup_root=settings.safety.cgroup_root)
     metrics = Metrics()
     heartbeat = Heartbeat(settings.interval)
     metrics.readiness(heartbeat.ready)

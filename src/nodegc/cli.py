@@ -63,6 +63,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     # One-shot commands print what went wrong themselves (once, with a hint): their logs stay quiet by default.
     level = args.log_level or ("info" if args.command in ("agent", "controller") else "error")
     configure_logging(level, json_output=fmt)
+    if args.command not in ("agent", "controller"):  # those make them themselves (and log them)
+        from nodegc.hostio.libc import tune_malloc
+
+        # Before any thread, as the agent does: a scan of a big node frees buffers of MBs (an iptables dump, a
+        # list page) that glibc's adaptive threshold would keep in the heap after. The operator's MALLOC_*
+        # and GLIBC_TUNABLES win.
+        tune_malloc()
     try:
         return _dispatch(args.command, args)
     except KeyboardInterrupt:

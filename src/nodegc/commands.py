@@ -231,7 +231,8 @@ def cmd_clean(settings: CleanSettings, *, sleep: Callable[[float], None] = time.
                              runtime_endpoint=settings.safety.runtime_endpoint,
                              runtime_timeout=settings.safety.runtime_timeout,
                              iptables_backend=settings.safety.iptables_backend,
-                             runtime_state_dir=settings.safety.runtime_state_dir)
+                             runtime_state_dir=settings.safety.runtime_state_dir,
+                             runc_root=settings.safety.runc_root, cgroup_root=settings.safety.cgroup_root)
     if settings.apply:
         executor = StreamingExecutor(executor, progress)
     engine_settings = make_engine_settings(settings.safety, ONE_SHOT_PHASES)

@@ -25,6 +25,7 @@ from nodegc.api.client import CONTROLLER_FIELD_MANAGER, make_client
 from nodegc.api.errors import KubeError
 from nodegc.exitcodes import EXIT_CLEAN, EXIT_SOURCE, EXIT_USAGE
 from nodegc.flags import add_controller_parser
+from nodegc.hostio.libc import tune_malloc
 from nodegc.kube.cache import DEFAULT_MAX_AGE_SECONDS, ClusterCache
 from nodegc.kube.endpointslices import EndpointSliceSweeper, RawEndpointSlice, SweepOptions, SweepReport
 from nodegc.kube.events import EventRecorder, FlushReport
@@ -107,6 +108,8 @@ class ControllerSettings:
     cache_max_age_seconds: float = DEFAULT_MAX_AGE_SECONDS
     """A cache not known current for this long (a stalled or failing watch) blocks the pass."""
     cache_sync_timeout: float = 30.0
+    malloc: tuple[str, ...] = ()
+    """The allocator settings made at start (`hostio.libc.tune_malloc`), named in the `controller started` log."""
 
 
 class Controller:
@@ -159,7 +162,7 @@ class Controller:
         self.elector.start()
         log.info("controller started", identity=self.settings.lease.identity, interval=self.settings.interval,
                  lease=f"{self.settings.lease.namespace}/{self.settings.lease.name}",
-                 dry_run=self.settings.sweep.dry_run)
+                 dry_run=self.settings.sweep.dry_run, malloc=list(self.settings.malloc))
         passes = 0
         try:
             while not stop.is_set():
@@ -236,6 +239,9 @@ def lease_config(*, namespace: str, name: str, identity: str, lease_duration: fl
 
 
 def cmd_controller(args: argparse.Namespace) -> int:
+    # Before any thread, as the agent does: a long-running process's allocator settings (the operator's
+    # MALLOC_* and GLIBC_TUNABLES win).
+    malloc = tune_malloc()
     try:
         lease = lease_config(namespace=args.lease_namespace, name=args.lease_name,
                              identity=args.identity or default_identity(), lease_duration=args.lease_duration)
@@ -247,7 +253,7 @@ def cmd_controller(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     settings = ControllerSettings(
         lease=lease, interval=args.interval, events_per_minute=args.events_per_minute,
-        sweep=SweepOptions(dry_run=args.dry_run, max_patches=args.max_patches_per_pass),
+        sweep=SweepOptions(dry_run=args.dry_run, max_patches=args.max_patches_per_pass), malloc=tuple(malloc),
     )
     try:
         client = make_client(args.kubeconfig, field_manager=CONTROLLER_FIELD_MANAGER)

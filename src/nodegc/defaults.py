@@ -43,6 +43,11 @@ RUNTIME_TIMEOUT_SECONDS = 10.0
 """Upper bound for one CRI call."""
 RUNTIME_STATE_DIR = "/run/containerd"
 """containerd's state directory (sandbox dirs, task bundles, shim sockets); its leftovers are reported."""
+RUNC_ROOT = "/run/containerd/runc"
+"""runc's state root as containerd's runc shim runs it (`<root>/<namespace>/<id>`): a reclaimed task bundle's
+state dir goes with it."""
+CGROUP_ROOT = "/sys/fs/cgroup"
+"""Where the cgroup hierarchies are mounted: a reclaimed task bundle's empty container cgroups go with it."""
 RUNNING_ORPHAN_GRACE_SECONDS = 600.0
 """A READY sandbox's pod must be absent from the API this long before it is reported (and, on opt-in, stopped)."""
 

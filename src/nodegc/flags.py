@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -229,6 +230,14 @@ def add_runtime_flags(p: argparse.ArgumentParser, *, engine: bool = False) -> No
                         " %(default)s; 'none': not read)")
     if not engine:
         return
+    g.add_argument("--runc-root", type=root_dir, default=defaults.RUNC_ROOT, metavar="DIR",
+                   help="runc's state root: a reclaimed task bundle's runc state dir (<root>/k8s.io/<id>) goes with"
+                        " it, kept while the init process it names runs (default: %(default)s; 'none': not"
+                        " touched)")
+    g.add_argument("--cgroup-root", type=root_dir, default=defaults.CGROUP_ROOT, metavar="DIR",
+                   help="where the cgroup hierarchies are mounted: a reclaimed task bundle's empty container"
+                        " cgroups (cgroupfs driver, rmdir only) go with it (default: %(default)s; 'none': not"
+                        " touched)")
     g.add_argument("--running-orphan-grace", type=seconds(">=", 0), default=defaults.RUNNING_ORPHAN_GRACE_SECONDS,
                    metavar="DURATION", help="a READY sandbox whose pod is absent from the API this long is reported"
                                            " (Event, metric; counted from when nodegc first saw it so, kept in"
@@ -414,6 +423,17 @@ def count(minimum: int) -> Callable[[str], int]:
 
     parse.__name__ = "count"
     return parse
+
+
+def root_dir(text: str) -> Path | None:
+    """A directory below which something is removed: an absolute path (never one that depends on the working
+    directory), or 'none' for none."""
+    if text.strip().lower() == "none":
+        return None
+    if not text or not os.path.isabs(text):
+        raise argparse.ArgumentTypeError(f"not an absolute path (or 'none'): {text!r}")
+    return Path(os.path.normpath(text))
+
 
 
 def fraction(text: str) -> float:

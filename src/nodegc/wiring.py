@@ -86,6 +86,11 @@ class SafetySettings:
     running_orphan_grace_seconds: float = defaults.RUNNING_ORPHAN_GRACE_SECONDS
     stop_running_orphans: bool = False
     runtime_state_dir: Path | None = None
+    runc_root: Path | None = Path(defaults.RUNC_ROOT)
+    """--runc-root: runc's state root, whose state dir of a reclaimed task bundle goes with it; None: kept."""
+    cgroup_root: Path | None = Path(defaults.CGROUP_ROOT)
+    """--cgroup-root: where the cgroup hierarchies are mounted, whose empty container cgroups of a reclaimed
+    task bundle go with it; None: kept."""
     stop_orphan_shims: bool = False
     """--stop-orphan-shims: a shim whose id the runtime no longer lists is stopped, not only reported."""
 
@@ -189,6 +194,8 @@ def safety_from_args(args: argparse.Namespace) -> SafetySettings:
         running_orphan_grace_seconds=getattr(args, "running_orphan_grace", defaults.RUNNING_ORPHAN_GRACE_SECONDS),
         stop_running_orphans=getattr(args, "stop_running_orphans", False),
         runtime_state_dir=runtime_state_dir_from_args(args),
+        runc_root=getattr(args, "runc_root", Path(defaults.RUNC_ROOT)),
+        cgroup_root=getattr(args, "cgroup_root", Path(defaults.CGROUP_ROOT)),
         stop_orphan_shims=getattr(args, "stop_orphan_shims", False),
     )
 
@@ -377,13 +384,14 @@ ONE_SHOT_PHASES = PhasePolicy(consecutive_scans=1, grace_seconds=0)
 def make_executor(roots: Roots, *, dry_run: bool, timeout: float, runtime_endpoint: str | None = None,
                   runtime_timeout: float = defaults.RUNTIME_TIMEOUT_SECONDS,
                   iptables_backend: str = defaults.IPTABLES_BACKEND,
-                  runtime_state_dir: Path | None = None) -> Executor:
+                  runtime_state_dir: Path | None = None, runc_root: Path | None = Path(defaults.RUNC_ROOT),
+                  cgroup_root: Path | None = Path(defaults.CGROUP_ROOT)) -> Executor:
     if dry_run:
         return DryRunExecutor()
     # StopPodSandbox runs the runtime's CNI DEL: it gets the longer of the two bounds.
     return HostExecutor(roots, timeout=timeout, runtime_endpoint=runtime_endpoint,
                         runtime_timeout=max(timeout, runtime_timeout), iptables_backend=iptables_backend,
-                        runtime_state_dir=runtime_state_dir)
+                        runtime_state_dir=runtime_state_dir, runc_root=runc_root, cgroup_root=cgroup_root)
 
 
 def iptables_backend(roots: Roots, safety: SafetySettings) -> str:

@@ -54,6 +54,9 @@ def test_the_private_parts_exist(client: lightkube.Client) -> None:
     assert generic is client._client
     for name in ("prepare_request", "build_adapter_request", "send"):
         assert callable(getattr(generic, name))
+    # every connection reads through the whole answer's deadline (headers included)
+    pool = getattr(generic._client._transport, "_pool", None)
+    assert isinstance(getattr(pool, "_network_backend", None), streaming._BoundedBackend)
 
 
 def test_a_watch_request_is_what_the_reflector_means(api: FakeKubeAPI, client: lightkube.Client) -> None:
@@ -182,7 +185,14 @@ def test_a_body_is_unmapped_when_its_reading_fails(monkeypatch: pytest.MonkeyPat
         made.append(self)
 
     monkeypatch.setattr(streaming.Body, "__init__", tracked)
-    monkeypatch.setattr(streaming, "BODY_TIMEOUTS", 0)  # any chunk arrives past the whole body's deadline
+    extend = streaming.Body.extend
+
+    def late(self: streaming.Body, chunk: bytes) -> None:
+        # the first chunk arrives, and then the whole answer's deadline passes
+        extend(self, chunk)
+        raise httpx2.ReadTimeout("past the answer's deadline")
+
+    monkeypatch.setattr(streaming.Body, "extend", late)
     api.add_pod(pod("a"))
     with pytest.raises(httpx2.ReadTimeout):
         RawReads(client).list_page(Pod, namespace=lightkube.ALL_NS, params={"limit": 10})

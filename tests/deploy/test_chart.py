@@ -298,3 +298,20 @@ def test_no_runtime_mounts_nothing_of_it(helm: str) -> None:
 def test_runtime_values_are_checked(helm: str, args: list[str], message: str) -> None:
     err = template_fails(helm, *args)
     assert message in err, err
+
+
+def test_the_runc_root_is_inside_the_state_dir_it_mounts(helm: str) -> None:
+    """--runc-root follows the state dir (containerd's `<state>/runc`, k3s's too), is `none` without one, and a
+    runc root outside the mounted state dir, or one set in agent.config, is refused at template time."""
+    c, _, _ = _runtime_view(helm_template(helm))
+    assert "--runc-root=/run/containerd/runc" in c["args"]
+    c, mounts, _ = _runtime_view(helm_template(helm, "--set", "agent.runtime.stateDir=/run/k3s/containerd",
+                                               "--set", "agent.runtime.endpoint=unix:///run/k3s/containerd/containerd.sock"))
+    assert "--runc-root=/run/k3s/containerd/runc" in c["args"]
+    assert _covered("/run/k3s/containerd/runc", mounts)
+    argv = [a.replace("$(NODE_NAME)", "node-a") for a in c["args"]]
+    assert agent_from_args(build_parser().parse_args(argv)).safety.runc_root == Path("/run/k3s/containerd/runc")
+    c, _, _ = _runtime_view(helm_template(helm, "--set", "agent.runtime.stateDir="))
+    assert "--runc-root=none" in c["args"]
+    assert "not inside" in template_fails(helm, "--set", "agent.runtime.runcRoot=/run/runc")
+    assert "agent.config.runcRoot" in template_fails(helm, "--set", "agent.config.runcRoot=/run/containerd/runc")

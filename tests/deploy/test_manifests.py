@@ -71,7 +71,7 @@ AGENT_MOUNTS = {
 }
 AGENT_ARGS = ["agent", "--config=/etc/nodegc/agent.yaml", "--node=$(NODE_NAME)", "--metrics-address=0.0.0.0:9808",
               "--state-dir=/var/lib/nodegc", "--runtime-endpoint=unix:///run/containerd/containerd.sock",
-              "--runtime-state-dir=/run/containerd"]
+              "--runtime-state-dir=/run/containerd", "--runc-root=/run/containerd/runc"]
 CONTROLLER_ARGS = ["controller", "--metrics-address=0.0.0.0:9809", f"--lease-namespace={NAMESPACE}"]
 
 

@@ -21,6 +21,7 @@ from msgspec import MsgspecError
 
 from nodegc import defaults
 from nodegc.api.errors import KubeError
+from nodegc.api.streaming import check_lightkube
 
 DEFAULT_TIMEOUT = defaults.REQUEST_TIMEOUT_SECONDS
 AGENT_FIELD_MANAGER = "nodegc"
@@ -108,6 +109,9 @@ def make_client(kubeconfig: Path | None = None, *, timeout: float = DEFAULT_TIME
     """One lightkube client; KubeError when the configuration cannot be loaded or used."""
     config = load_config(kubeconfig, context=context)
     try:
-        return lightkube.Client(config, timeout=httpx2.Timeout(timeout), field_manager=field_manager)
+        client = lightkube.Client(config, timeout=httpx2.Timeout(timeout), field_manager=field_manager)
     except (lightkube.ConfigError, OSError, KeyError, MsgspecError, TypeError, ValueError, AssertionError) as e:
         raise KubeError(f"cannot set up the Kubernetes client: {type(e).__name__}: {e}") from e
+    # Before its first request: each connection keeps the network backend it was made with.
+    check_lightkube(client)
+    return client

@@ -7,6 +7,8 @@ plus a relist now and then. The cache must never be trusted blindly, so it is re
 - when the stream is stalled: no event and no bookmark for `idle_timeout_seconds` (bookmarks are
   requested, so a healthy but quiet watch still speaks; httpx's read timeout is the detector);
 - on an ERROR event or anything undecodable on the stream;
+- on an event at a resourceVersion the view already passed (a lagging watch cache or proxy replaying history):
+  not applied, since it would take back what the view holds under its proof;
 - every resync period, so a missed event cannot hide a residue or protect a dead object forever.
 A watch that merely ends (server timeout, dropped connection) is resumed from the last resourceVersion
 seen, without a relist, as client-go does.
@@ -766,8 +768,14 @@ class Reflector(Generic[T]):
             raise _Relist("error", f"unidentifiable {self._noun} in a {kind} event") from e
         deleted: T | None = None
         key = self._key(item)
+        number = resource_version_number(rv)
         with self._lock:
             self._owned(run)
+            if number is not None and self._high_rv is not None and number <= self._high_rv:
+                # History the view already passed (a lagging watch cache or proxy replaying it): applied, it
+                # would take back what the view holds (a live pod deleted at an old version) under its proof.
+                raise _Relist("error", f"a {kind} event at resourceVersion {number} is behind the view's"
+                                       f" {self._high_rv}: the watch replays history")
             if kind == "DELETED":
                 self._items.pop(key, None)
                 deleted = item
@@ -788,8 +796,8 @@ class Reflector(Generic[T]):
         number = resource_version_number(rv)
         with self._lock:
             self._owned(run)
-            if rv is not None:
-                self._rv = rv
+            if rv is not None and (number is None or self._high_rv is None or number >= self._high_rv):
+                self._rv = rv  # never back to a version the view passed: the next watch would replay from it
             if number is not None and (self._high_rv is None or number > self._high_rv):
                 self._fresh_at = now
                 self._high_rv = number

@@ -10,19 +10,29 @@ their bodies are left to `api.reads`: lightkube would decode every object into i
 fields of all of them, where nodegc reads a few (`api.objects.POD_FIELDS`). `check_lightkube()` refuses a
 lightkube outside the range the contract test (tests/api/test_lightkube_contract.py) was run against, or
 one that lacks any of those parts, with a clear error instead of an AttributeError inside the watch thread.
+
+A request's timeouts bound each read of the socket, not the answer, and the answer's headers are read inside
+the client's transport, where no caller sees them arrive: a server or proxy sending a header line (or
+another `100 Continue`) within each read timeout held the caller for as long as it cared to. So every
+connection of the client reads through `_BoundedStream`, which stops a read at the deadline the request in
+progress on this thread set (`_Deadline`): a list's, a GET's or a write's whole answer, headers included,
+and a watch's headers, within BODY_TIMEOUTS read timeouts.
 """
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import functools
 import mmap
 import re
+import ssl
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from importlib import metadata
 from typing import Any, TypeVar
 
+import httpcore2
 import httpx2
 import lightkube
 from lightkube.core.generic_client import BasicRequest
@@ -64,9 +74,26 @@ def check_lightkube(client: lightkube.Client) -> Any:
                if not callable(getattr(generic, name, None))]
     if "timeout" not in {f.name for f in dataclasses.fields(BasicRequest)}:
         missing.append("BasicRequest.timeout")
+    if not missing and not bound_answers(getattr(generic, "_client", None)):
+        missing.append("the connection pools' network backend (bounding a whole answer)")
     if missing:
         raise KubeError(f"this lightkube lacks what raw requests need: {', '.join(missing)}")
     return generic
+
+
+def bound_answers(http: object) -> bool:
+    """Make every connection pool of `http` (an httpx2 client: its transport and its proxies' mounts) read
+    through `_BoundedStream`; False when a pool's network backend cannot be reached. Idempotent; done before
+    the client's first request (a connection keeps the backend it was made with)."""
+    transports = [getattr(http, "_transport", None), *(getattr(http, "_mounts", None) or {}).values()]
+    pools: list[Any] = [getattr(t, "_pool", None) for t in transports if t is not None]
+    if not pools or not all(isinstance(getattr(p, "_network_backend", None), httpcore2.NetworkBackend)
+                            for p in pools):
+        return False
+    for pool in pools:
+        if not isinstance(pool._network_backend, _BoundedBackend):
+            pool._network_backend = _BoundedBackend(pool._network_backend)
+    return True
 
 
 class WatchRequests:
@@ -92,13 +119,17 @@ class WatchRequests:
         )
         basic.timeout = httpx2.Timeout(connect_timeout, read=read_timeout)
         request = self._generic.build_adapter_request(basic)
-        response: httpx2.Response = self._generic.send(request, stream=True)
+        # Its headers within BODY_TIMEOUTS read timeouts, as any answer; the lines after them are the
+        # reflector's to bound (its read timeout and its resync).
+        with _Deadline(request):
+            response: httpx2.Response = self._generic.send(request, stream=True)
         return response
 
 
 BODY_TIMEOUTS = 3
-"""An answer (a list page, a GET, a write's answer, an error's Status) must arrive whole within this many of its
-request's read timeouts (30 s by default): the timeout itself bounds each read of the socket only."""
+"""An answer (a list page, a GET, a write's answer, an error's Status), headers included, must arrive whole
+within this many of its request's read timeouts (30 s by default), and a watch's headers too: the timeout
+itself bounds each read of the socket only."""
 
 
 class Body:
@@ -107,7 +138,8 @@ class Body:
     A page of 500 pods as a cluster sends them is several MB. Kept in the heap (a bytearray), such a buffer
     grows past glibc's mmap threshold once, the threshold rises to its size at its free, and every later
     page then comes from the heap: freed, it stays resident (unless the threshold is fixed, as the agent
-    fixes it: `hostio.libc.tune_malloc`; the controller and the CLI leave it adaptive). A map of its own is
+    fixes it, as the controller and the CLI do: `hostio.libc.tune_malloc`, unless the operator's MALLOC_* or
+    GLIBC_TUNABLES leave it adaptive). A map of its own is
     given back whole whatever the allocator does. It grows by doubling (mremap: a private map; a shared
     anonymous one would fault past its first size); pages never written are never resident."""
 
@@ -187,15 +219,15 @@ class RawReads:
         little at a time, each read within the timeout, would hold the caller for as long as it cared to. The
         whole body must arrive within BODY_TIMEOUTS read timeouts (ReadTimeout otherwise), an error's too."""
         request = self._generic.build_adapter_request(basic)
-        deadline = _Deadline(request)
-        response: httpx2.Response = self._generic.send(request, stream=True)
-        try:
-            if not response.is_success:
-                # The error carries the Status the server sent: read as bounded as any answer.
-                self._generic.raise_for_status(_whole(response, request, deadline))
-            deadline.pour(response.iter_bytes(), request, into)
-        finally:
-            response.close()
+        with _Deadline(request) as deadline:
+            response: httpx2.Response = self._generic.send(request, stream=True)
+            try:
+                if not response.is_success:
+                    # The error carries the Status the server sent: read as bounded as any answer.
+                    self._generic.raise_for_status(_whole(response, request, deadline))
+                deadline.pour(response.iter_bytes(), request, into)
+            finally:
+                response.close()
 
 
 class Requests:
@@ -226,22 +258,37 @@ class Requests:
         basic: BasicRequest = self._generic.prepare_request(method, res=res, obj=obj, name=name,
                                                             namespace=namespace, params={}, headers=headers)
         request = self._generic.build_adapter_request(basic)
-        deadline = _Deadline(request)
-        response: httpx2.Response = self._generic.send(request, stream=True)
-        try:
-            whole = _whole(response, request, deadline)
-        finally:
-            response.close()
+        with _Deadline(request) as deadline:
+            response: httpx2.Response = self._generic.send(request, stream=True)
+            try:
+                whole = _whole(response, request, deadline)
+            finally:
+                response.close()
         return self._generic.handle_response(method, whole, basic)
 
 
 class _Deadline:
-    """BODY_TIMEOUTS read timeouts of `request`, from now (none when the request has no read timeout)."""
+    """BODY_TIMEOUTS read timeouts of `request`, from now (none when the request has no read timeout). In a
+    `with`, every read and write of a connection on this thread stops at it (`_BoundedStream`): the answer's
+    headers are read inside the client's transport."""
 
     def __init__(self, request: httpx2.Request) -> None:
         read_timeout: float | None = (request.extensions.get("timeout") or {}).get("read")
         self.budget = BODY_TIMEOUTS * read_timeout if read_timeout else None
         self.at = time.monotonic() + self.budget if self.budget is not None else None
+        self._token: contextvars.Token[_Deadline | None] | None = None
+
+    def __enter__(self) -> _Deadline:
+        self._token = _ANSWER.set(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._token is not None:
+            _ANSWER.reset(self._token)
+            self._token = None
+
+    def late(self) -> str:
+        return f"the answer did not arrive whole within {BODY_TIMEOUTS} read timeouts ({self.budget:g}s)"
 
     def read(self, chunks: Iterator[bytes], request: httpx2.Request) -> bytearray:
         body = bytearray()
@@ -253,8 +300,7 @@ class _Deadline:
         for chunk in chunks:
             into(chunk)
             if self.at is not None and time.monotonic() > self.at:
-                raise httpx2.ReadTimeout(f"the answer did not arrive whole within {BODY_TIMEOUTS} read "
-                                         f"timeouts ({self.budget:g}s)", request=request)
+                raise httpx2.ReadTimeout(self.late(), request=request)
 
 
 def _whole(response: httpx2.Response, request: httpx2.Request, deadline: _Deadline) -> httpx2.Response:
@@ -262,3 +308,78 @@ def _whole(response: httpx2.Response, request: httpx2.Request, deadline: _Deadli
     headers (so it decodes as it would have: Content-Encoding, Content-Type)."""
     raw = deadline.read(response.iter_raw(), request)
     return httpx2.Response(response.status_code, headers=response.headers, content=bytes(raw), request=request)
+
+
+_ANSWER: contextvars.ContextVar[_Deadline | None] = contextvars.ContextVar("nodegc_answer_deadline", default=None)
+"""The deadline of the request this thread is sending or reading (None: only each read is bounded)."""
+
+
+def _left(timeout: float | None) -> tuple[_Deadline | None, float | None]:
+    """The deadline in force and the timeout of one socket operation under it (the request's own, or what is
+    left of the deadline when that comes first); TimeoutError past it."""
+    deadline = _ANSWER.get()
+    if deadline is None or deadline.at is None:
+        return None, timeout
+    left = deadline.at - time.monotonic()
+    if left <= 0:
+        raise TimeoutError(deadline.late())
+    return deadline, left if timeout is None or timeout > left else timeout
+
+
+class _BoundedStream(httpcore2.NetworkStream):
+    """A connection whose reads and writes stop at the deadline of the request in progress (`_Deadline`)."""
+
+    def __init__(self, inner: httpcore2.NetworkStream) -> None:
+        self._inner = inner
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        try:
+            deadline, timeout = _left(timeout)
+        except TimeoutError as e:
+            raise httpcore2.ReadTimeout(str(e)) from None
+        try:
+            return self._inner.read(max_bytes, timeout)
+        except httpcore2.ReadTimeout:
+            if deadline is not None and deadline.at is not None and time.monotonic() >= deadline.at:
+                raise httpcore2.ReadTimeout(deadline.late()) from None
+            raise
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        try:
+            deadline, timeout = _left(timeout)
+        except TimeoutError as e:
+            raise httpcore2.WriteTimeout(str(e)) from None
+        try:
+            self._inner.write(buffer, timeout)
+        except httpcore2.WriteTimeout:
+            if deadline is not None and deadline.at is not None and time.monotonic() >= deadline.at:
+                raise httpcore2.WriteTimeout(deadline.late()) from None
+            raise
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def start_tls(self, ssl_context: ssl.SSLContext, server_hostname: str | None = None,
+                  timeout: float | None = None) -> httpcore2.NetworkStream:
+        return _BoundedStream(self._inner.start_tls(ssl_context, server_hostname, timeout))
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._inner.get_extra_info(info)
+
+
+class _BoundedBackend(httpcore2.NetworkBackend):
+    """A pool's network backend whose connections are `_BoundedStream`s."""
+
+    def __init__(self, inner: httpcore2.NetworkBackend) -> None:
+        self._inner = inner
+
+    def connect_tcp(self, host: str, port: int, timeout: float | None = None, local_address: str | None = None,
+                    socket_options: Iterable[Any] | None = None) -> httpcore2.NetworkStream:
+        return _BoundedStream(self._inner.connect_tcp(host, port, timeout, local_address, socket_options))
+
+    def connect_unix_socket(self, path: str, timeout: float | None = None,
+                            socket_options: Iterable[Any] | None = None) -> httpcore2.NetworkStream:
+        return _BoundedStream(self._inner.connect_unix_socket(path, timeout, socket_options))
+
+    def sleep(self, seconds: float) -> None:
+        self._inner.sleep(seconds)

@@ -66,7 +66,8 @@ M_MMAP_THRESHOLD = -3
 M_ARENA_MAX = -8
 LONG_RUNNING_MALLOC = {"MALLOC_ARENA_MAX": (M_ARENA_MAX, 1), "MALLOC_MMAP_THRESHOLD_": (M_MMAP_THRESHOLD, 128 * 1024),
                        "MALLOC_TRIM_THRESHOLD_": (M_TRIM_THRESHOLD, 128 * 1024)}
-"""glibc's allocator settings for a long-running process (the agent): one arena (its threads allocate
+"""glibc's allocator settings for a long-running process (the agent and the controller; the one-shot commands
+take them too, for the large buffers a scan frees): one arena (its threads allocate
 under the interpreter's lock anyway, and each arena of a thread keeps what it once held), and blocks of
 128 KiB or more (an iptables dump, a file's bytes) mapped and given back when freed, never kept in the
 heap as glibc's adaptive threshold would after the first such free. About 2 MiB of the agent's RSS."""

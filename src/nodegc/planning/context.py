@@ -169,8 +169,8 @@ class Earlier:
     policy: CorrelationPolicy
     by_uid: dict[str, Pod]
     by_name: dict[tuple[str, str], list[Pod]]
-    resolutions: dict[str, Resolution]
-    """The owner of every cache entry, by path (`resolve_cache_owner`)."""
+    resolutions: tuple[Resolution, ...]
+    """The owner of every cache entry, in the inventory's order (`resolve_cache_owner`)."""
     mirrored: tuple[tuple[StaticPodManifest, Pod], ...]
     unmirrored: tuple[StaticPodManifest, ...]
     kubelet: tuple[Finding, ...]
@@ -248,12 +248,17 @@ class Context:
     """The key of each of `inv.netns` (`entry_key`), in order."""
     netns_unreadable: frozenset[str] = frozenset()
     """Paths of netns files the scan reported a problem for (their addresses, say, could not be read)."""
-    cache_findings: dict[str, Finding] = field(default_factory=dict)
-    """Findings of the cache entries by path, once the network domain has made them."""
+    cache_findings: dict[int, Finding] = field(default_factory=dict)
+    """The finding of each cache entry, by the entry's identity, once the network domain has made them."""
     unexplained_pod_dir: str | None = None
     """Why reservations no cache entry explains may be a left-out pod's: one of its pod directories."""
-    resolutions: dict[str, Resolution] = field(default_factory=dict)
-    """The owner of every cache entry, by path, resolved once a scan."""
+    resolutions: tuple[Resolution, ...] = ()
+    """The owner of every cache entry, in the inventory's order, resolved once a scan (`owner_of`)."""
+    entry_at: dict[int, int] = field(default_factory=dict)
+    """The place of every cache entry of the inventory, by its identity: an entry's owner is its own, never
+    that of another entry read at the same path."""
+    shared_paths: frozenset[str] = frozenset()
+    """Paths read as several entries that name different owners: which one the file is cannot be told."""
     runtime_unusable: tuple[str | None] | None = None
     """Why the runtime's view carries no evidence (planning.runtime), once worked out: (reason or None,)."""
     runtime_pass: object | None = None
@@ -286,6 +291,7 @@ class Context:
                        clock=previous.clock.copy(), policy=policy, unaccounted=previous.unaccounted,
                        unreadable_cache=_unreadable_cache(inv), netns_keys=(keys := _netns_keys(inv, previous)),
                        netns_by_key=dict(zip(keys, inv.netns, strict=True)), resolutions=previous.resolutions,
+                       entry_at=previous.entry_at, shared_paths=previous.shared_paths,
                        unexplained_pod_dir=previous.unexplained_pod_dir,
                        netns_unreadable=_netns_unreadable(inv), unmirrored=previous.unmirrored,
                        mirrored=previous.mirrored, runtime_unusable=previous.runtime_unusable,
@@ -293,9 +299,12 @@ class Context:
         listed = as_before(desired.pods, earlier.by_uid) if earlier is not None else desired.pods
         pods = PodIndex.build(desired, listed)
         same_entries = earlier is not None and inv.cni_cache == earlier.inv.cni_cache
-        cache = earlier.cache if earlier is not None and same_entries and earlier.cache is not None else (
-            CacheIndex.build(inv.cni_cache))
-        resolutions, reused = _resolutions(inv.cni_cache, pods, earlier)
+        # The index holds the entries themselves, and what is kept by entry (`entry_at`, `cache_findings`)
+        # finds them by identity: an earlier scan's index only for the very same objects.
+        cache = earlier.cache if earlier is not None and same_entries and earlier.cache is not None and all(
+            map(operator.is_, inv.cni_cache, earlier.inv.cni_cache)) else CacheIndex.build(inv.cni_cache)
+        entry_at = {id(entry): i for i, entry in enumerate(inv.cni_cache)}
+        resolutions, reused, shared_paths = _resolutions(inv.cni_cache, pods, earlier)
         if earlier is not None and same_entries and earlier.explained is not None and reused == len(inv.cni_cache):
             explained = earlier.explained  # the same entries, each with the very same owner: the same answer
         else:
@@ -307,6 +316,7 @@ class Context:
                    unaccounted=unaccounted,
                    unreadable_cache=_unreadable_cache(inv), netns_keys=(keys := _netns_keys(inv, earlier)),
                    netns_by_key=dict(zip(keys, inv.netns, strict=True)), resolutions=resolutions,
+                   entry_at=entry_at, shared_paths=shared_paths,
                    unexplained_pod_dir=next((f"pod directory {d.path} of a pod the desired state lacks is still there"
                                              for d in inv.pod_dirs
                                              if d.uid not in pods.by_uid and d.uid not in cache.by_uid), None),
@@ -356,8 +366,10 @@ class Context:
         return None
 
     def owner_of(self, entry: CNICacheEntry) -> Resolution:
-        res = self.resolutions.get(entry.path)
-        return res if res is not None else resolve_cache_owner(entry, self.pods)
+        """The owner this very entry names (by its identity, not its path: another entry read at the same
+        path names its own)."""
+        i = self.entry_at.get(id(entry))
+        return self.resolutions[i] if i is not None else resolve_cache_owner(entry, self.pods)
 
     def add(self, finding: Finding) -> Finding:
         self.findings.append(finding)
@@ -411,17 +423,23 @@ _NOT_NETNS = tuple(f.name for f in fields(Inventory) if f.name not in ("netns", 
 
 
 def _resolutions(entries: tuple[CNICacheEntry, ...], pods: PodIndex,
-                 earlier: Earlier | None) -> tuple[dict[str, Resolution], int]:
-    """`resolve_cache_owner` of every entry, by path (the last entry of a path wins). An entry of an earlier
-    scan's very records whose lookup finds the very same pods (by its UID, or by its name without one)
-    takes that scan's answer: `resolve_cache_owner` reads nothing else."""
+                 earlier: Earlier | None) -> tuple[tuple[Resolution, ...], int, frozenset[str]]:
+    """`resolve_cache_owner` of every entry, in order, how many were taken from `earlier`, and the paths
+    read as entries naming different owners (`_shared_paths`). An entry of an earlier scan's very records
+    whose lookup finds the very same pods (by its UID, or by its name without one) takes that scan's answer:
+    `resolve_cache_owner` reads nothing else."""
+    paths = {entry.path for entry in entries}
+    if len(paths) != len(entries):
+        # A path read as more than one entry (the scanner lists each file once): resolved afresh, whatever
+        # an earlier scan answered, and what stays unclear kept.
+        return _shared_paths(entries, tuple(resolve_cache_owner(entry, pods) for entry in entries))
     if earlier is None or entries != earlier.inv.cni_cache:
-        return {entry.path: resolve_cache_owner(entry, pods) for entry in entries}, 0
-    out: dict[str, Resolution] = {}
+        return tuple(resolve_cache_owner(entry, pods) for entry in entries), 0, frozenset()
+    out: list[Resolution] = []
     reused = 0
     by_uid, by_name, before = pods.by_uid, pods.by_name, earlier.resolutions
     then_uid, then_name = earlier.by_uid, earlier.by_name
-    for entry in entries:
+    for i, entry in enumerate(entries):
         uid = entry.pod_uid
         if uid:
             same = by_uid.get(uid) is then_uid.get(uid)
@@ -432,11 +450,35 @@ def _resolutions(entries: tuple[CNICacheEntry, ...], pods: PodIndex,
         else:
             same = True
         if same:
-            out[entry.path] = before[entry.path]
+            out.append(before[i])
             reused += 1
         else:
-            out[entry.path] = resolve_cache_owner(entry, pods)
-    return out, reused
+            out.append(resolve_cache_owner(entry, pods))
+    return tuple(out), reused, frozenset()
+
+
+def _shared_paths(entries: tuple[CNICacheEntry, ...],
+                  resolved: tuple[Resolution, ...]) -> tuple[tuple[Resolution, ...], int, frozenset[str]]:
+    """One file read as entries that name different owners (pods or sandboxes): nothing tells which one it
+    is, so none of them is evidence that its owner is gone. An entry whose owner may hold it keeps that
+    owner's word (what it names stays in use); one naming a gone owner says `unknown` instead."""
+    owners: dict[str, set[tuple[str | None, ...]]] = defaultdict(set)
+    count: dict[str, int] = defaultdict(int)
+    for entry, res in zip(entries, resolved, strict=True):
+        o = res.owner
+        owners[entry.path].add((o.uid, o.namespace, o.name, o.container_id, res.state))
+        count[entry.path] += 1
+    shared = frozenset(path for path, named in owners.items() if len(named) > 1)
+    out: list[Resolution] = []
+    for entry, res in zip(entries, resolved, strict=True):
+        if entry.path in shared:
+            note = (f"cache file {entry.path} is read as {count[entry.path]} entries naming different owners:"
+                    " which one it is cannot be told")
+            state = res.state if res.state in HOLDING else OwnerState.UNKNOWN
+            out.append(Resolution(res.owner, state, (*res.evidence, note), res.pod))
+        else:
+            out.append(res)
+    return tuple(out), 0, shared
 
 
 def _not_netns(problems: tuple[ReadProblem, ...]) -> tuple[ReadProblem, ...]:
@@ -449,10 +491,9 @@ def _read_at(inv: Inventory) -> float | None:
     return view.read_at.timestamp() if view is not None and view.read_at is not None else None
 
 
-def _explained(entries: tuple[CNICacheEntry, ...], resolutions: dict[str, Resolution]) -> frozenset[str]:
+def _explained(entries: tuple[CNICacheEntry, ...], resolutions: tuple[Resolution, ...]) -> frozenset[str]:
     explained: set[str] = set()
-    for entry in entries:
-        res = resolutions[entry.path]
+    for entry, res in zip(entries, resolutions, strict=True):
         # An entry accounts for the pod's current sandbox only when it holds the address the pod's status
         # shows: an old sandbox's entry says nothing about a new one still being set up.
         if res.pod is not None and (not res.pod.pod_ips or _ips(entry.ips) & _ips(res.pod.pod_ips)):

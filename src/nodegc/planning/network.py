@@ -129,10 +129,7 @@ def _network(ctx: Context, previous: NetworkPass | None, again: _Again | None, o
         ctx.findings.extend(previous.reservations)
         ctx.reservations_by_cid.update(previous.reservations_by_cid)
     reservations = tuple(ctx.findings[start:])
-    # A verdict on a namespace reads the cache entries' verdicts by path: with two entries of one path, the
-    # one it reads may be another key's, so nothing of the namespaces is taken then.
-    changed = (_changed_keys(previous, ctx) if previous is not None
-               and len({e.path for e in ctx.inv.cni_cache}) == len(ctx.inv.cni_cache) else None)
+    changed = _changed_keys(previous, ctx) if previous is not None else None
     cache_findings = _cache_entries(ctx, previous, changed, again, once)
     netns_findings = _namespaces(ctx, previous, changed, again, once)
     veth_findings = _veths(ctx, previous, again)
@@ -182,8 +179,8 @@ def _cache_entries(ctx: Context, previous: NetworkPass | None, changed: set[str]
             _cache_entry(ctx, entry)
             once.judged(ctx, at)
     made = tuple(ctx.findings[start:])
-    # one verdict per entry, the last of a path wins (as a search of the findings by id would find it)
-    ctx.cache_findings = {f.id: f for f in made}
+    # one verdict per entry, in order: each entry's own (two entries may be read at one path)
+    ctx.cache_findings = {id(e): f for e, f in zip(ctx.inv.cni_cache, made, strict=True)}
     return made
 
 
@@ -266,15 +263,14 @@ class _Again:
         self.once = network.once
         self.taken = 0
         """How many verdicts were taken."""
-        self.cache_then = {f.id: f for f in network.cache_findings}
         self.pending_same = ctx.pending_note() == earlier.pending_note
         self.static_same = (ctx.desired.node == earlier.node and tuple(ctx.mirrored) == earlier.mirrored
                             and tuple(ctx.unmirrored) == earlier.unmirrored)
-        # What a verdict's lookups may find otherwise than they did, worked out once: the cache entries
-        # (by path) whose owner is not the very same, the addresses whose claimants are not the very same.
-        now_res, then_res = ctx.resolutions, earlier.resolutions
-        self.moved = {path for path, res in now_res.items() if res is not then_res.get(path)}
-        self.moved.update(then_res.keys() - now_res.keys())
+        # What a verdict's lookups may find otherwise than they did, worked out once: the cache entries (by
+        # place: the same records, `of`; never by path, which two entries may share) whose owner is not the
+        # very same, the addresses whose claimants are not the very same.
+        self.moved = {i for i, (now, then) in enumerate(zip(ctx.resolutions, earlier.resolutions, strict=True))
+                      if now is not then}
         touched = _touched_ips(ctx.listed, earlier.listed)
         self.claimed = _moved_claims(ctx.pods.claims, earlier.claims, touched)
         self.terminal = _moved_claims(ctx.pods.terminal_claims, earlier.terminal_claims, touched)
@@ -295,9 +291,10 @@ class _Again:
         return cls(ctx, earlier, network)
 
     def _resolved_alike(self, entries: Iterable[CNICacheEntry]) -> bool:
-        """Every entry's owner (by its path) is the very same as then."""
-        moved = self.moved
-        return not moved or all(e.path not in moved for e in entries)
+        """Every entry's owner is the very same as then (an entry's place is that of the earlier scan's entry
+        it equals: the same records)."""
+        moved, at = self.moved, self.ctx.entry_at
+        return not moved or all(at[id(e)] not in moved for e in entries)
 
     def _claims_alike(self, ips: Iterable[str]) -> bool:
         """The pods whose status claims each address are the very same, in the same order, as then."""
@@ -332,7 +329,7 @@ class _Again:
     def cache_entry(self, i: int, entry: CNICacheEntry) -> Finding | None:
         found = self.net.cache_findings[i]
         res = self.ctx.owner_of(entry)
-        if res is not self.then.resolutions.get(entry.path):
+        if res is not self.then.resolutions[i]:
             return None
         if res.state is OwnerState.ABSENT and not self.static_same:
             return None
@@ -352,8 +349,8 @@ class _Again:
         if entries:
             if not self._resolved_alike(entries):
                 return None
-            cache_now = self.ctx.cache_findings
-            if not all(cache_now.get(e.path) is self.cache_then.get(e.path) for e in entries):
+            cache_now, cache_then, at = self.ctx.cache_findings, self.net.cache_findings, self.ctx.entry_at
+            if not all(cache_now.get(id(e)) is cache_then[at[id(e)]] for e in entries):
                 return None
             if not (all(self._claims_alike(e.ips) for e in entries) and self._held_alike(key)) and not any(
                     self.ctx.owner_of(e).state in HOLDING for e in entries):
@@ -526,7 +523,7 @@ def _resolve_container(ctx: Context, container_id: str, network: str | None) -> 
     """The most protective resolution among the cache entries of one sandbox."""
     first: Resolution | None = None
     for entry in _cache_for(ctx, container_id, network):
-        res = ctx.resolutions.get(entry.path) or ctx.owner_of(entry)
+        res = ctx.owner_of(entry)
         if res.state in HOLDING:
             return res
         if first is None:
@@ -730,6 +727,10 @@ def _netns_held(ctx: Context, netns: str | None, owner_uid: str | None, *, key: 
 
 def _cache_entry(ctx: Context, entry: CNICacheEntry) -> Finding:
     res = ctx.owner_of(entry)
+    if entry.path in ctx.shared_paths:
+        # One file read as entries naming different owners (its evidence says which): never reclaimed.
+        return ctx.add(Finding(FindingClass.CONFLICT, Kind.CNI_CACHE, entry.path, res.owner, res.state, res.evidence,
+                               netns=entry.netns, ip=entry.ips[0] if entry.ips else None))
     conflict = None
     if res.state is OwnerState.ABSENT:
         static = ctx.static_owner(uid=entry.pod_uid, namespace=entry.pod_namespace, name=entry.pod_name)
@@ -772,7 +773,7 @@ def _netns(ctx: Context, ns: NetnsEntry, key: str) -> Finding:
         else:
             cls = FindingClass.IN_USE if holding else FindingClass.LEAKED_NETNS
         finding = Finding(cls, Kind.NETNS, ns.path, res.owner, res.state, evidence, netns=ns.path)
-        kept = [f for e in entries if (f := ctx.cache_findings.get(e.path)) is not None and not f.cls.is_residue]
+        kept = [f for e in entries if (f := ctx.cache_findings.get(id(e))) is not None and not f.cls.is_residue]
         if finding.cls.is_residue and kept:
             # Two sandboxes name it: it goes only when every entry naming it goes.
             finding = reclass(finding, FindingClass.PROTECTED,

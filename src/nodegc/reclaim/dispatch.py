@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from nodegc import defaults
 from nodegc.faults import fault_point
 from nodegc.model.items import Item
 from nodegc.model.resources import (
@@ -108,9 +109,9 @@ class HostExecutor:
     runtime_state_dir: Path | None = None
     """containerd's state directory: its leftover directories, and its netns files
     (`<state>/io.containerd.grpc.v1.cri/netns`), are removed only inside it; None: neither."""
-    runc_root: Path | None = Path("/run/containerd/runc")
+    runc_root: Path | None = Path(defaults.RUNC_ROOT)
     """The runc shim's state root: a reclaimed task bundle's `<root>/k8s.io/<id>` goes with it; None: kept."""
-    cgroup_root: Path | None = Path("/sys/fs/cgroup")
+    cgroup_root: Path | None = Path(defaults.CGROUP_ROOT)
     """Where the cgroup hierarchies are mounted: a reclaimed task bundle's empty container cgroups (cgroupfs
     driver) go with it; None: kept."""
     direct_teardown: bool = True

@@ -175,9 +175,6 @@ def _unmount_then_remove(parent_fd: int, left: RuntimeLeftover, *, unmount_timeo
 
 # --- what runc keeps of a container outside its bundle ---------------------------------------------------
 
-RUNC_ROOT = Path("/run/containerd/runc")
-"""The runc shim's state root (`<root>/<namespace>/<id>/state.json`), unless its `Root` option is set."""
-CGROUP_ROOT = Path("/sys/fs/cgroup")
 _MAX_STATE = 4 << 20
 def _runc_leftovers(parent_fd: int, left: RuntimeLeftover, *, mounts: Sequence[Mount], runc_root: Path | None,
                     cgroup_root: Path | None, proc_root: Path, timeout: float) -> str | Outcome:

@@ -16,9 +16,10 @@ import json
 import os
 import re
 import stat
-from collections.abc import Iterable
+import threading
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from nodegc.hostio.libc import stat_in_root
 from nodegc.hostio.mountinfo import MountIndex, top_of
@@ -189,14 +190,26 @@ def _task(path: str, proc_root: Path) -> tuple[str | None, str | None]:
     if not os.path.exists(f"{proc_root}/{pid}"):
         return sandbox_id, None
     if cgroup and ":" not in cgroup:
-        # A reused pid is another process: the init process lives in the task's cgroup.
+        # A reused pid is another process: the init process lives in the task's cgroup. /proc/<pid>/cgroup
+        # shows it relative to the reader's cgroup namespace (`/../../<qos>/pod<uid>/<id>` from an agent in
+        # a namespace of its own), so its last component (the container's own) is what must match.
         try:
             mine = (proc_root / str(pid) / "cgroup").read_text()
         except OSError:
             mine = None
-        if mine is not None and cgroup not in mine:
+        if mine is not None and not _in_cgroup(mine, cgroup):
             return sandbox_id, None
     return sandbox_id, f"its init process (pid {pid}) is alive"
+
+
+def _in_cgroup(proc_cgroup: str, cgroups_path: str) -> bool:
+    """Whether a /proc/<pid>/cgroup text names the cgroup `cgroups_path` in some hierarchy: verbatim, or by
+    its last component (the path as another cgroup namespace spells it keeps that one)."""
+    if cgroups_path in proc_cgroup:
+        return True
+    leaf = cgroups_path.rstrip("/").rsplit("/", 1)[-1]
+    return bool(leaf) and any(line.split(":", 2)[-1].rstrip("/").rsplit("/", 1)[-1] == leaf
+                              for line in proc_cgroup.splitlines())
 
 
 def boot_time(proc_root: Path) -> float | None:
@@ -247,6 +260,8 @@ def _shims(proc_root: Path, socket: str | None) -> list[RuntimeLeftover]:
     # The endpoint and the shims' -address may spell one socket two ways (/var/run is a link to /run).
     want = os.path.realpath(socket) if socket is not None else None
     want_file = socket_file(socket) if socket is not None else None
+    served: dict[_ShimKey, bool] = _served[0]
+    answers: dict[_ShimKey, bool] = {}
     for e in entries:
         pid = int(e.name)
         args = shim_args(proc_root, pid)
@@ -254,14 +269,17 @@ def _shims(proc_root: Path, socket: str | None) -> list[RuntimeLeftover]:
             continue
         sid, address, _ = args
         if sid and is_container_id(sid) and (socket is None or address == socket
-                                             or (address is not None and os.path.realpath(address) == want)):
+                                             or (address is not None and _realpath(address) == want)):
             start = start_ticks(proc_root, pid)
             started = btime + start / ticks if btime is not None and start is not None else None
             # `... -bundle <dir> delete` is containerd cleaning up after a shim that exited: it uses the
             # bundle too, and is never signalled.
             cleanup = "containerd's cleanup of an exited shim (`delete`)" if args[2] else None
             if socket is not None:
-                serves = serves_socket(proc_root, pid, address, want_file)
+                key = (os.fspath(proc_root), pid, start, address, want_file)
+                serves = served.get(key) if key in served else serves_socket(proc_root, pid, address, want_file)
+                if serves is not None and start is not None:
+                    answers[key] = serves
                 if serves is False:
                     continue  # another containerd's, in another mount namespace at the same socket path
                 if serves is None:
@@ -269,7 +287,20 @@ def _shims(proc_root: Path, socket: str | None) -> list[RuntimeLeftover]:
                                           " its mount namespace shows it, cannot be compared with the endpoint's")
             found.append(RuntimeLeftover("shim", sid, f"{proc_root}/{e.name}", pid=pid, start_time=start,
                                          mtime=started, address=address, problem=cleanup))
+    _served[0] = answers  # the shims of this scan only
     return found
+
+
+_ShimKey = tuple[str, int, int | None, str | None, tuple[int, int] | None]
+_served: list[dict[_ShimKey, bool]] = [{}]
+"""Whether each shim of the last scan serves the endpoint's socket, by (proc root, pid, start time, -address,
+the endpoint's socket file): fixed for a shim's life (a new socket file is another key), so a scan stats only the
+shims it has not seen yet. The answers a step acts on are read fresh (`reclaim.runtime_leftovers`)."""
+
+
+def _realpath(path: str) -> str | None:
+    """`os.path.realpath(path)` within STAT_WAIT seconds (None otherwise): it looks at every component."""
+    return _bounded(("realpath", path), lambda: os.path.realpath(path))
 
 
 def socket_file(path: str) -> tuple[int, int] | None:
@@ -283,11 +314,53 @@ def socket_file(path: str) -> tuple[int, int] | None:
 def serves_socket(proc_root: Path, pid: int, address: str | None, want: tuple[int, int] | None) -> bool | None:
     """Whether a shim's `-address` is the endpoint's socket file as the shim's own mount namespace shows it.
     Another containerd in another mount namespace (a nested node, a second runtime) may listen at the same
-    path: then the file differs (False), and its shims are not this runtime's. None: it cannot be told."""
+    path: then the file differs (False), and its shims are not this runtime's. None: it cannot be told (nor
+    within STAT_WAIT seconds: see `_bounded`)."""
     if want is None or not address or not address.startswith("/"):
         return None
-    try:
-        st = stat_in_root(proc_root / str(pid) / "root", address)
-    except (OSError, ValueError):
+    root = proc_root / str(pid) / "root"
+    st = _bounded((os.fspath(root), address), lambda: stat_in_root(root, address))
+    if st is None:
         return None
     return stat.S_ISSOCK(st.st_mode) and (st.st_dev, st.st_ino) == want
+
+
+STAT_WAIT = 2.0
+"""Seconds a look at a shim's `-address` gets (its stat inside the shim's root, or its resolution in the
+agent's own). Any process may name itself a shim, with any address, and a file system that never answers may
+be on the way (an NFS volume whose server is gone, a FUSE mount nobody serves, in its mount namespace or a
+pod's volume in the agent's): the look would never return, nor would the scan (the pod directory scan never
+stats inside a volume, for the same reason)."""
+_MAX_WAITING = 16
+"""Looks still waiting past STAT_WAIT (their threads stay blocked in the kernel) before no more is tried."""
+_waiting: dict[tuple[str, str], threading.Thread] = {}
+_waiting_lock = threading.Lock()
+_T = TypeVar("_T")
+
+
+def _bounded(key: tuple[str, str], look: Callable[[], _T]) -> _T | None:
+    """`look()` in a thread of its own, waited for STAT_WAIT seconds; None when it fails (OSError, ValueError),
+    when it has not returned by then (the thread is left to end whenever the file system answers), or while a
+    look of the same key, or _MAX_WAITING of them, still wait."""
+    got: list[_T | None] = []
+
+    def run() -> None:
+        try:
+            got.append(look())
+        except (OSError, ValueError):
+            got.append(None)
+
+    with _waiting_lock:
+        for k in [k for k, t in _waiting.items() if not t.is_alive()]:
+            del _waiting[k]
+        if key in _waiting or len(_waiting) >= _MAX_WAITING:
+            return None
+        thread = _waiting[key] = threading.Thread(target=run, name="nodegc-shim-address", daemon=True)
+    thread.start()
+    thread.join(STAT_WAIT)
+    if thread.is_alive():
+        return None
+    with _waiting_lock:
+        if _waiting.get(key) is thread:
+            del _waiting[key]
+    return got[0] if got else None
