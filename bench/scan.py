@@ -17,7 +17,10 @@ process's start-up objects are frozen out of the cyclic collector (`gc.freeze`) 
   a node whose pods change every cycle pays (a correlation made anew takes from the scan before the
   verdicts whose inputs are the same: `desired_changed_verdicts_taken_from_earlier` counts them), and
   `scan_seconds_desired_changed_without_earlier` the same scan taking nothing from the scan before
-  (`Correlations.from_earlier` off), interleaved with it;
+  (`Correlations.from_earlier` off), interleaved with it; `desired_changed_over_bare_beside` is the
+  median of the ratio of each of those changed scans to the bare reads timed right after it
+  (`bare_reads_seconds_beside_changed`): a ratio a loaded machine moves less than that of two medians
+  taken minutes apart;
 - `bare_reads_seconds`: in the same run, the reads a scan cannot avoid (mountinfo, the directory
   listings, one netlink link dump, one iptables-save), and `scan_over_bare`, the ratio of the two;
   `bare_reads_with_files_seconds` adds what a scan must read beyond listing (every reservation and
@@ -31,6 +34,7 @@ Run as root through `make bench` (private mount and network namespaces).
     make bench                      # all sizes
     .venv/bin/python bench/scan.py --sizes 100 --repeat 3
     .venv/bin/python bench/scan.py --sizes 1000 --runtime-sandboxes 1000   # + a real containerd's CRI calls
+    .venv/bin/python bench/scan.py --sizes 1000 --against <other checkout>/src --rounds 2   # A/B by process
 
 With --runtime-sandboxes N, a real containerd (nodegc.sandbox.containerd) runs on the node with N
 sandboxes made through CRI (RunPodSandbox, then StopPodSandbox for all but --runtime-ready of them, so
@@ -60,6 +64,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from nodegc.desired.snapshot import SnapshotSource
 from nodegc.engine import detecting
@@ -107,18 +112,28 @@ def timed(fn: Callable[[], object], repeat: int) -> float:
     return statistics.median(samples)
 
 
-def interleaved(scan: Callable[[bool], None], repeat: int) -> tuple[float, float]:
+def interleaved(scan: Callable[[bool], None], repeat: int,
+                beside: Callable[[], None]) -> tuple[float, float, float, float]:
     """The median of `scan(True)` and of `scan(False)`, interleaved (each pair in the other order, so both
-    see the same machine load), each after an untimed one of its own kind (the scan before it)."""
+    see the same machine load), each after an untimed one of its own kind (the scan before it); and the
+    median of `beside()` timed right after each `scan(True)`, and of the ratio of the two in each round
+    (what a loaded machine changes between rounds moves both alike)."""
     samples: dict[bool, list[float]] = {True: [], False: []}
+    besides: list[float] = []
     for i in range(repeat):
         for flag in (True, False) if i % 2 == 1 else (False, True):
             scan(flag)
             start = time.perf_counter()
             scan(flag)
             samples[flag].append(time.perf_counter() - start)
+            if flag:
+                start = time.perf_counter()
+                beside()
+                besides.append(time.perf_counter() - start)
     REMEMBERED.from_earlier = True
-    return statistics.median(samples[True]), statistics.median(samples[False])
+    ratios = [a / b for a, b in zip(samples[True], besides, strict=True)]
+    return (statistics.median(samples[True]), statistics.median(samples[False]), statistics.median(besides),
+            statistics.median(ratios))
 
 
 def _read_tree(path: Path, depth: int) -> None:
@@ -330,7 +345,8 @@ def measure(pods: int, repeat: int, runtime_sandboxes: int = 0, runtime_ready: i
         taken_again = REMEMBERED.taken_again - taken_before
         unwatched_s = timed(lambda: scan(unwatched), repeat)
         reused = REMEMBERED.reused
-        changed_s, without_earlier_s = interleaved(changed_scan, repeat)
+        changed_s, without_earlier_s, beside_s, beside_ratio = interleaved(changed_scan, repeat,
+                                                                           lambda: bare_reads(node))
         bare_s = timed(lambda: bare_reads(node), repeat)
         files_s = timed(lambda: bare_reads_with_files(node), repeat)
         inventory, findings = detect(scan_node(node.roots, AGENT_SCAN), desired, now=datetime.now(UTC), policy=policy)
@@ -350,6 +366,8 @@ def measure(pods: int, repeat: int, runtime_sandboxes: int = 0, runtime_ready: i
             "scan_over_bare": round(scan_s / bare_s, 2),
             "scan_seconds_desired_changed": round(changed_s, 4),
             "desired_changed_over_bare": round(changed_s / bare_s, 2),
+            "bare_reads_seconds_beside_changed": round(beside_s, 4),
+            "desired_changed_over_bare_beside": round(beside_ratio, 2),
             "desired_changed_verdicts_taken_from_earlier": f"{REMEMBERED.reused - reused} in {2 * repeat} scans",
             "scan_seconds_desired_changed_without_earlier": round(without_earlier_s, 4),
             "desired_changed_without_earlier_over_bare": round(without_earlier_s / bare_s, 2),
@@ -370,6 +388,49 @@ def measure(pods: int, repeat: int, runtime_sandboxes: int = 0, runtime_ready: i
         return result
 
 
+_SUMMED = ("scan_seconds", "bare_reads_seconds", "scan_over_bare", "scan_seconds_desired_changed",
+           "desired_changed_over_bare", "desired_changed_over_bare_beside",
+           "scan_seconds_desired_changed_without_earlier")
+
+
+def against(other: Path, rounds: int) -> int:
+    """This benchmark's arguments but --against and --rounds, run on this checkout's src and on `other`,
+    alternately (one process each, the other order every round, so that both see the machine's load
+    alike), in the namespaces this process runs in."""
+    argv = sys.argv[1:]
+    args: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in ("--against", "--rounds"):
+            skip = True
+        elif not arg.startswith(("--against=", "--rounds=")):
+            args.append(arg)
+    trees = {"this": Path(__file__).resolve().parents[1] / "src", "against": other.resolve()}
+    runs: dict[str, list[dict[str, Any]]] = {"this": [], "against": []}
+    for i in range(rounds):
+        for name in ("this", "against") if i % 2 == 0 else ("against", "this"):
+            env = {**os.environ, "PYTHONPATH": str(trees[name])}
+            out = subprocess.run([sys.executable, __file__, *args], env=env, capture_output=True, check=True,
+                                 timeout=7200)
+            runs[name].append(json.loads(out.stdout))
+    summary: dict[str, dict[str, dict[str, float]]] = {}
+    for name, docs in runs.items():
+        by_size: dict[str, dict[str, list[float]]] = {}
+        for doc in docs:
+            for r in doc["results"]:
+                for key in _SUMMED:
+                    if key in r:
+                        by_size.setdefault(str(r["pods"]), {}).setdefault(key, []).append(float(r[key]))
+        summary[name] = {size: {k: round(statistics.median(v), 4) for k, v in figures.items()}
+                         for size, figures in by_size.items()}
+    json.dump({"benchmark": "scan", "against": str(other), "rounds": rounds, "medians": summary, **runs},
+              sys.stdout, indent=2)
+    sys.stdout.write("\n")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", type=int, nargs="+", default=[100, 500, 1000])
@@ -378,7 +439,14 @@ def main() -> int:
                         help="also run a real containerd holding N sandboxes and measure the scan with it")
     parser.add_argument("--runtime-ready", type=int, default=20, metavar="N",
                         help="of which this many stay READY (default: %(default)s)")
+    parser.add_argument("--against", type=Path, default=None, metavar="SRC",
+                        help="run this benchmark on this checkout's src and on another's (its `nodegc` package),"
+                             " process after process, each round in the other order; both are printed, under"
+                             " `this` and `against`, with the medians of the rounds")
+    parser.add_argument("--rounds", type=int, default=2, help="with --against: rounds (default: %(default)s)")
     args = parser.parse_args()
+    if args.against is not None:
+        return against(args.against, args.rounds)
     configure_logging("warning")
     results = [measure(n, args.repeat, args.runtime_sandboxes, min(args.runtime_ready, args.runtime_sandboxes))
                for n in args.sizes]

@@ -4,11 +4,14 @@ scratch, decision by decision.
 A node scanned again and again, as the agent does, where the desired state changes at almost every scan
 (a pod added with a new UID: pending without an IP, running with another pod's IP, under the name a
 name-only cache entry gives, under the UID of a pod directory or cache entry of the node; a pod gone, its
-phase or address changed, a static pod's mirror added), the records change now and then (an age moved
-near the minimum age, a record gone, a static pod manifest added or made unreadable), the time steps
+phase or address changed, re-created under its name with a new UID, a static pod's mirror added; one pod
+or every pod listed as a new object equal to the one before; the pods listed in another order), the
+records change now and then (an age moved near the minimum age, a record gone, a static pod manifest
+added or made unreadable, every record of a kind read again as new equal objects), the time steps
 randomly (none, sub-second, the scan interval, stepped back, a photograph from the future), the first pass
-sees the namespaces' addresses now and then, and detect's two passes run: whatever the reuse answers is
-what a correlation from scratch makes.
+sees the namespaces' addresses now and then, and detect's two passes run, the second seeing the same
+addresses as the scan before or others: whatever the reuse answers is what a correlation from scratch
+makes.
 """
 
 from __future__ import annotations
@@ -84,9 +87,19 @@ def _change_pods(rnd: random.Random, inv: Inventory, desired: DesiredState, n: i
     elif roll < 0.8:
         j = rnd.randrange(len(pods))
         pods[j] = replace(pods[j], pod_ips=rnd.choice(((), ("10.244.9.9",), pods[rnd.randrange(len(pods))].pod_ips)))
-    elif roll < 0.85:
+    elif roll < 0.83:
         j = rnd.randrange(len(pods))
         pods[j] = replace(pods[j])  # the same pod, another object
+    elif roll < 0.86:
+        pods = [replace(p) for p in pods]  # a source that makes every pod anew (a list, a snapshot parsed again)
+    elif roll < 0.89:
+        j = rnd.randrange(len(pods))  # re-created under its name with a new UID (a StatefulSet's pod)
+        pods[j] = replace(pods[j], uid=f"again-{n}", phase=rnd.choice(("Running", "Pending", None)))
+    elif roll < 0.91:
+        rnd.shuffle(pods)  # the same pods listed in another order
+    elif roll < 0.93 and len(pods) > 1:
+        i, j = rnd.sample(range(len(pods)), 2)
+        pods[i], pods[j] = pods[j], pods[i]
     # else: the same pods, a new photograph
     return replace(desired, pods=tuple(pods))
 
@@ -108,6 +121,9 @@ def _change_records(rnd: random.Random, inv: Inventory, base: Inventory, *, now:
     if roll < 0.75:
         return replace(inv, static_pods=())
     name = rnd.choice(_records(inv))
+    if roll < 0.8:  # every record of a kind read again as a new object equal to the one before
+        again: dict[str, Any] = {name: tuple(replace(r) for r in getattr(inv, name))}
+        return replace(inv, **again)
     records = list(getattr(inv, name))
     i = rnd.randrange(len(records))
     if roll < 0.88:
@@ -132,6 +148,7 @@ def test_verdicts_taken_from_an_earlier_scan_are_fresh_ones_decision_by_decision
     now = NOW.timestamp()
     lag = 0.0
     read_first = False
+    reading, second = seed, 0
     for step in range(70):
         now += rnd.choice(_STEPS)
         when = NOW + timedelta(seconds=now - NOW.timestamp())
@@ -146,7 +163,13 @@ def test_verdicts_taken_from_an_earlier_scan_are_fresh_ones_decision_by_decision
         seen = with_addresses_read(BigScan(inv, photo, scan.unread_netns), seed) if read_first else inv
         found, first = memo.correlate(seen, photo, now=when, policy=policy)
         assert found == correlate(seen, photo, now=when, policy=policy), step
-        read = with_addresses_read(BigScan(inv, photo, scan.unread_netns), seed + step)
+        # the namespaces read hold what they held at the scan before (an earlier second pass's records),
+        # or something else
+        reading = reading if rnd.random() < 0.7 else seed + step
+        read = with_addresses_read(BigScan(inv, photo, scan.unread_netns), reading)
+        before = memo.reused
         again, _ = memo.correlate(read, photo, now=when, policy=policy, previous=first)
+        second += memo.reused - before
         assert again == correlate(read, photo, now=when, policy=policy), step
     assert memo.reused, "no verdict was taken from an earlier scan: the comparison has no teeth"
+    assert second, "no second pass took a verdict from an earlier one: the comparison has no teeth"

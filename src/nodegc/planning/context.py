@@ -177,10 +177,39 @@ class Earlier:
     """The kubelet domain's findings, and what they asked of the time."""
     kubelet_clock: Clock
     network: object | None = None
-    """The network domain's pass (`planning.network.NetworkPass`) of a correlation's first pass."""
+    """The network domain's pass (`planning.network.NetworkPass`)."""
+    second: bool = False
+    """Made as a second pass (from a first pass of the same scan, with more namespaces' addresses read)."""
     claims: dict[str, list[Pod]] = field(default_factory=dict)
     terminal_claims: dict[str, list[Pod]] = field(default_factory=dict)
     pending_note: str | None = None
+    listed: tuple[Pod, ...] = ()
+    """The pods its indexes were built from, in order (`Context.listed`)."""
+    cache: CacheIndex | None = None
+    """Its index of `inv.cni_cache` (a function of those records alone)."""
+    explained: frozenset[str] | None = None
+    """`Context.explained` (a function of the cache entries and their owners alone)."""
+    netns_keys: tuple[str, ...] = ()
+    """`Context.netns_keys`."""
+
+
+def as_before(pods: tuple[Pod, ...], before: dict[str, Pod]) -> tuple[Pod, ...]:
+    """`pods`, each one equal to the pod of its UID in `before` (an earlier scan's index) replaced by that
+    very object: a source that makes new objects at every fetch (a list, a snapshot parsed again) lists
+    the same pods as new objects, and the reuse of verdicts looks pods up by identity. Equal by value is
+    the same to every verdict: they read a pod's fields only (its times through `timestamp()`, which equal
+    datetimes answer alike)."""
+    out: list[Pod] | None = None
+    for i, pod in enumerate(pods):
+        then = before.get(pod.uid)
+        if then is None or then is pod or then != pod:
+            if out is not None:
+                out.append(pod)
+            continue
+        if out is None:
+            out = list(pods[:i])
+        out.append(then)
+    return pods if out is None else tuple(out)
 
 
 def same_policy(a: CorrelationPolicy, b: CorrelationPolicy) -> bool:
@@ -215,6 +244,8 @@ class Context:
     unreadable_cache: tuple[str, ...] = ()
     """File names of cache entries that exist but could not be read."""
     netns_by_key: dict[str, NetnsEntry] = field(default_factory=dict)
+    netns_keys: tuple[str, ...] = ()
+    """The key of each of `inv.netns` (`entry_key`), in order."""
     netns_unreadable: frozenset[str] = frozenset()
     """Paths of netns files the scan reported a problem for (their addresses, say, could not be read)."""
     cache_findings: dict[int, Finding] = field(default_factory=dict)
@@ -237,6 +268,11 @@ class Context:
     mirrored: list[tuple[StaticPodManifest, Pod]] = field(default_factory=list)
     reused: int = 0
     """How many verdicts (and owners of cache entries) were taken from an earlier scan's (`Earlier`)."""
+    listed: tuple[Pod, ...] = ()
+    """The desired state's pods as the indexes hold them: each pod equal to one of an earlier scan's is
+    that scan's object (`as_before`), so that lookups of the same pods find the very same objects."""
+    explained: frozenset[str] = frozenset()
+    """The UIDs of the pods whose current sandbox a readable cache entry accounts for."""
     """Manifests with their mirror pod in the desired state: the mirror may lag behind an edited manifest."""
     """Static pod manifests whose mirror pod the desired state does not show (or that cannot be read)."""
 
@@ -253,28 +289,34 @@ class Context:
             # clock carries them on.
             return cls(inv=inv, desired=desired, pods=previous.pods, cache=previous.cache,
                        clock=previous.clock.copy(), policy=policy, unaccounted=previous.unaccounted,
-                       unreadable_cache=_unreadable_cache(inv), netns_by_key=_netns_by_key(inv),
-                       resolutions=previous.resolutions, entry_at=previous.entry_at,
-                       shared_paths=previous.shared_paths, unexplained_pod_dir=previous.unexplained_pod_dir,
+                       unreadable_cache=_unreadable_cache(inv), netns_keys=(keys := _netns_keys(inv, previous)),
+                       netns_by_key=dict(zip(keys, inv.netns, strict=True)), resolutions=previous.resolutions,
+                       entry_at=previous.entry_at, shared_paths=previous.shared_paths,
+                       unexplained_pod_dir=previous.unexplained_pod_dir,
                        netns_unreadable=_netns_unreadable(inv), unmirrored=previous.unmirrored,
                        mirrored=previous.mirrored, runtime_unusable=previous.runtime_unusable,
-                       runtime_pass=previous.runtime_pass)
-        pods = PodIndex.build(desired)
-        cache = CacheIndex.build(inv.cni_cache)
-        explained: set[str] = set()
+                       runtime_pass=previous.runtime_pass, listed=previous.listed, explained=previous.explained)
+        listed = as_before(desired.pods, earlier.by_uid) if earlier is not None else desired.pods
+        pods = PodIndex.build(desired, listed)
+        same_entries = earlier is not None and inv.cni_cache == earlier.inv.cni_cache
+        # The index holds the entries themselves, which are looked up by identity (a second pass redoes the
+        # entries of the namespaces it read by id, `_shared_netns` skips the entry itself, and `entry_at` and
+        # `cache_findings` are kept by entry): the very same records only, not equal ones.
+        cache = (earlier.cache if earlier is not None and earlier.cache is not None
+                 and _very_same(inv.cni_cache, earlier.inv.cni_cache) else CacheIndex.build(inv.cni_cache))
         entry_at = {id(entry): i for i, entry in enumerate(inv.cni_cache)}
         resolutions, reused, shared_paths = _resolutions(inv.cni_cache, pods, earlier)
-        for entry, res in zip(inv.cni_cache, resolutions, strict=True):
-            # An entry accounts for the pod's current sandbox only when it holds the address the pod's status
-            # shows: an old sandbox's entry says nothing about a new one still being set up.
-            if res.pod is not None and (not res.pod.pod_ips or _ips(entry.ips) & _ips(res.pod.pod_ips)):
-                explained.add(res.pod.uid)
-        unaccounted = [p for p in desired.pods if p.state is OwnerState.LIVE and not p.host_network
+        if earlier is not None and same_entries and earlier.explained is not None and reused == len(inv.cni_cache):
+            explained = earlier.explained  # the same entries, each with the very same owner: the same answer
+        else:
+            explained = _explained(inv.cni_cache, resolutions)
+        unaccounted = [p for p in listed if p.state is OwnerState.LIVE and not p.host_network
                        and p.uid not in explained]
-        return cls(inv=inv, desired=desired, pods=pods, cache=cache,
+        return cls(inv=inv, desired=desired, pods=pods, cache=cache, listed=listed, explained=explained,
                    clock=Clock(now.timestamp(), desired.fetched_at.timestamp(), read=_read_at(inv)), policy=policy,
                    unaccounted=unaccounted,
-                   unreadable_cache=_unreadable_cache(inv), netns_by_key=_netns_by_key(inv), resolutions=resolutions,
+                   unreadable_cache=_unreadable_cache(inv), netns_keys=(keys := _netns_keys(inv, earlier)),
+                   netns_by_key=dict(zip(keys, inv.netns, strict=True)), resolutions=resolutions,
                    entry_at=entry_at, shared_paths=shared_paths,
                    unexplained_pod_dir=next((f"pod directory {d.path} of a pod the desired state lacks is still there"
                                              for d in inv.pod_dirs
@@ -450,12 +492,30 @@ def _read_at(inv: Inventory) -> float | None:
     return view.read_at.timestamp() if view is not None and view.read_at is not None else None
 
 
+def _very_same(a: tuple[object, ...], b: tuple[object, ...]) -> bool:
+    return a is b or (len(a) == len(b) and all(map(operator.is_, a, b)))
+
+
+def _explained(entries: tuple[CNICacheEntry, ...], resolutions: tuple[Resolution, ...]) -> frozenset[str]:
+    explained: set[str] = set()
+    for entry, res in zip(entries, resolutions, strict=True):
+        # An entry accounts for the pod's current sandbox only when it holds the address the pod's status
+        # shows: an old sandbox's entry says nothing about a new one still being set up.
+        if res.pod is not None and (not res.pod.pod_ips or _ips(entry.ips) & _ips(res.pod.pod_ips)):
+            explained.add(res.pod.uid)
+    return frozenset(explained)
+
+
 def _unreadable_cache(inv: Inventory) -> tuple[str, ...]:
     return tuple(pr.path.rstrip("/").rsplit("/", 1)[-1] for pr in inv.problems if pr.kind is Kind.CNI_CACHE)
 
 
-def _netns_by_key(inv: Inventory) -> dict[str, NetnsEntry]:
-    return {entry_key(ns): ns for ns in inv.netns}
+def _netns_keys(inv: Inventory, before: Context | Earlier | None) -> tuple[str, ...]:
+    """`entry_key` of each netns record, in order; `before`'s for the very records at the same places."""
+    if before is None or len(before.netns_keys) != len(inv.netns) or len(before.inv.netns) != len(inv.netns):
+        return tuple(entry_key(ns) for ns in inv.netns)
+    return tuple(key if ns is then else entry_key(ns)
+                 for ns, then, key in zip(inv.netns, before.inv.netns, before.netns_keys, strict=True))
 
 
 def _netns_unreadable(inv: Inventory) -> frozenset[str]:

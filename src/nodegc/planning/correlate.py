@@ -47,8 +47,10 @@ class Correlation:
                        by_name=ctx.pods.by_name, resolutions=ctx.resolutions, mirrored=tuple(ctx.mirrored),
                        unmirrored=tuple(ctx.unmirrored), kubelet=self.kubelet, kubelet_clock=self.kubelet_clock,
                        network=self.network if self.network.clock is not None else None,
+                       second=self.network.second,
                        claims=ctx.pods.claims, terminal_claims=ctx.pods.terminal_claims,
-                       pending_note=ctx.pending_note())
+                       pending_note=ctx.pending_note(), listed=ctx.listed, cache=ctx.cache,
+                       explained=ctx.explained, netns_keys=ctx.netns_keys)
 
 
 def correlate(

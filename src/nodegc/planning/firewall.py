@@ -46,10 +46,14 @@ def _in_known_range(ranges: list[ipaddress.IPv4Network | ipaddress.IPv6Network],
 
 
 def _kept_entries_by_ip(ctx: Context) -> dict[str, Finding]:
-    """Each address a kept cache entry lists -> the first such entry's finding."""
+    """Each address a kept cache entry lists -> the first such entry's finding. A finding names a path, and
+    a file read as several entries cannot be told apart: each of its findings lists every entry's addresses
+    (never only the first entry's: a dead pod's entry read before a live pod's at one path hid the live
+    pod's addresses, and their rules were planned for reclaim)."""
     ips_of: dict[str, tuple[str, ...]] = {}
     for e in ctx.inv.cni_cache:
-        ips_of.setdefault(e.path, e.ips)  # the first entry of a path, as a search would find it
+        before = ips_of.get(e.path)
+        ips_of[e.path] = e.ips if before is None else (*before, *e.ips)
     out: dict[str, Finding] = {}
     for f in ctx.findings:
         if f.kind is Kind.CNI_CACHE and not f.cls.is_residue:

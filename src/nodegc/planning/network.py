@@ -25,7 +25,7 @@ from nodegc.model.resources import (
     VethLink,
 )
 from nodegc.planning.context import GONE, HOLDING, Clock, Context, Earlier, reclass, same_policy, short
-from nodegc.planning.owners import Resolution, entry_key, netns_key, normalize_ip
+from nodegc.planning.owners import Resolution, netns_key, normalize_ip, pod_changes
 from nodegc.planning.phases import hostport_rule_id
 
 
@@ -54,28 +54,33 @@ class NetworkPass:
     netns_findings: tuple[Finding, ...] = ()
     veth_findings: tuple[Finding, ...] = ()
     clock: Clock | None = None
-    """What the verdicts a later scan may take again (`_Again`) asked of the time (None: a second pass)."""
+    """What the verdicts a later scan may take again (`_Again`) asked of the time (None: not known)."""
     once: frozenset[int] = frozenset()
     """The verdicts (by id) a later scan may not take again: they read the time itself, or facts of the
     whole node (a reservation or rule no cache entry explains)."""
+    second: bool = False
+    """A second pass (made from a first pass of the same scan, `previous`): a later scan's second pass
+    takes from it what its own first pass cannot give (the verdicts on the namespaces whose addresses
+    were read, and on what names them)."""
 
 
 def correlate_network(ctx: Context, previous: NetworkPass | None = None,
                       earlier: Earlier | None = None) -> NetworkPass:
     """`previous`: the pass of a correlation whose inventory differs from this one's in its namespaces
-    only (`Context.same_but_netns`). `earlier`: what a correlation of an earlier scan left: its verdicts
-    whose every input is the same are taken again (`_Again`)."""
-    if previous is not None:
-        return _network(ctx, previous, None, None)
+    only (`Context.same_but_netns`): its verdicts on what no changed namespace touches are taken. `earlier`:
+    what a correlation of an earlier scan left (for a second pass, an earlier second pass's): its verdicts
+    whose every input is the same are taken again (`_Again`), where `previous` has none to give."""
     main = ctx.clock
     # The verdicts a later scan may take again ask a clock of their own; the others, the correlation's.
     ctx.clock = part = main.blank()
     again = _Again.of(ctx, earlier, main, part)
     try:
-        made = _network(ctx, None, again, _Once(main, part))
+        made = _network(ctx, previous, again, _Once(main, part))
     finally:
         ctx.clock = main
     main.merge(part)
+    if again is not None:
+        ctx.reused += again.taken
     return made
 
 
@@ -98,8 +103,13 @@ class _Once:
         self.ids.add(id(ctx.findings[before]))
 
 
-def _network(ctx: Context, previous: NetworkPass | None, again: _Again | None, once: _Once | None) -> NetworkPass:
-    if previous is None:
+def _network(ctx: Context, previous: NetworkPass | None, again: _Again | None, once: _Once) -> NetworkPass:
+    if again is not None:
+        # The same reservations, chains and hostport rules as the earlier pass (`_Again.of`): what they
+        # name is the same (read only, from here on).
+        ctx.network_ips.update(again.net.network_ips)
+        ctx.chain_ips.update(again.net.chain_ips)
+    elif previous is None:
         for r in ctx.inv.ip_reservations:
             ctx.network_ips[r.network].add(r.ip)
         ctx.chain_ips.update(_chain_ips(ctx.inv))
@@ -113,9 +123,8 @@ def _network(ctx: Context, previous: NetworkPass | None, again: _Again | None, o
             _reservation_once(ctx, i, reservation, reserved_ips, again=again, once=once)
         before = len(ctx.findings)
         _status_conflicts(ctx, reserved_ips)
-        if once is not None:
-            for i in range(before, len(ctx.findings)):
-                once.whole_node(ctx, i)
+        for i in range(before, len(ctx.findings)):
+            once.whole_node(ctx, i)
     else:
         ctx.findings.extend(previous.reservations)
         ctx.reservations_by_cid.update(previous.reservations_by_cid)
@@ -137,37 +146,38 @@ def _network(ctx: Context, previous: NetworkPass | None, again: _Again | None, o
             index += 1
     else:
         ctx.findings.extend(previous.rules)
+    clock: Clock | None = once.part
+    ids = frozenset(once.ids)
+    if previous is not None:
+        # What it took from `previous` asked that pass's clock, and is made once where that one's was.
+        clock = previous.clock.copy() if previous.clock is not None else None
+        if clock is not None:
+            clock.merge(once.part)
+        ids |= previous.once
     return NetworkPass(reservations, dict(ctx.reservations_by_cid), tuple(ctx.findings[start:]),
                        network_ips=dict(ctx.network_ips), chain_ips=dict(ctx.chain_ips), netns=ctx.inv.netns,
                        netns_by_key=ctx.netns_by_key, netns_unreadable=ctx.netns_unreadable,
                        netns_class=dict(ctx.netns_class), cache_findings=cache_findings,
                        netns_findings=netns_findings, veth_findings=veth_findings,
-                       clock=once.part if once is not None else None,
-                       once=frozenset(once.ids) if once is not None else frozenset())
+                       clock=clock, once=ids, second=previous is not None)
 
 
 def _cache_entries(ctx: Context, previous: NetworkPass | None, changed: set[str] | None,
-                   again: _Again | None = None, once: _Once | None = None) -> tuple[Finding, ...]:
+                   again: _Again | None, once: _Once) -> tuple[Finding, ...]:
     """A verdict per cache entry; the previous pass's where no key the entry's netns path reads changed."""
     start = len(ctx.findings)
-    if previous is None and once is not None:
-        for i, entry in enumerate(ctx.inv.cni_cache):
-            if again is not None and (taken := again.cache_entry(i, entry)) is not None:
-                ctx.add(taken)
-            else:
-                at = len(ctx.findings)
-                _cache_entry(ctx, entry)
-                once.judged(ctx, at)
-    elif previous is None or changed is None:
-        for entry in ctx.inv.cni_cache:
+    add = ctx.findings.append  # a few thousand a scan: the loops below are the domain's cost
+    redo = None if previous is None or changed is None else {
+        id(e) for key in changed for e in ctx.cache.by_netns.get(key, ())}
+    for i, entry in enumerate(ctx.inv.cni_cache):
+        if redo is not None and previous is not None and id(entry) not in redo:
+            add(previous.cache_findings[i])  # a second pass: the very same entries as `previous` judged
+        elif again is not None and (taken := again.cache_entry(i, entry)) is not None:
+            add(taken)
+        else:
+            at = len(ctx.findings)
             _cache_entry(ctx, entry)
-    else:
-        redo = {id(e) for key in changed for e in ctx.cache.by_netns.get(key, ())}
-        for entry, before in zip(ctx.inv.cni_cache, previous.cache_findings, strict=True):
-            if id(entry) in redo:
-                _cache_entry(ctx, entry)
-            else:
-                ctx.add(before)
+            once.judged(ctx, at)
     made = tuple(ctx.findings[start:])
     # one verdict per entry, in order: each entry's own (two entries may be read at one path)
     ctx.cache_findings = {id(e): f for e, f in zip(ctx.inv.cni_cache, made, strict=True)}
@@ -175,75 +185,64 @@ def _cache_entries(ctx: Context, previous: NetworkPass | None, changed: set[str]
 
 
 def _namespaces(ctx: Context, previous: NetworkPass | None, changed: set[str] | None,
-                again: _Again | None = None, once: _Once | None = None) -> tuple[Finding, ...]:
+                again: _Again | None, once: _Once) -> tuple[Finding, ...]:
     start = len(ctx.findings)
-    aligned = previous is not None and len(previous.netns) == len(ctx.inv.netns)
+    aligned = previous is not None and changed is not None and len(previous.netns) == len(ctx.inv.netns)
+    keys, add, classes = ctx.netns_keys, ctx.findings.append, ctx.netns_class
     for i, ns in enumerate(ctx.inv.netns):
-        if once is not None:
-            taken = again.netns(i, ns) if again is not None else None
-            if taken is not None:
-                finding = ctx.add(taken)
-            else:
-                at = len(ctx.findings)
-                finding = _netns(ctx, ns)
-                once.judged(ctx, at)
-        elif previous is None or changed is None or not aligned or _netns_changed(ns, previous.netns[i], changed):
-            finding = _netns(ctx, ns)
+        if aligned and previous is not None and changed is not None and not _netns_changed(
+                ns, previous.netns[i], changed, keys[i]):
+            add(finding := previous.netns_findings[i])
+        elif again is not None and (taken := again.netns(i, ns)) is not None:
+            add(finding := taken)
         else:
-            finding = ctx.add(previous.netns_findings[i])
-        ctx.netns_class[ns.path] = finding
+            at = len(ctx.findings)
+            finding = _netns(ctx, ns, keys[i])
+            once.judged(ctx, at)
+        classes[ns.path] = finding
     return tuple(ctx.findings[start:])
 
 
-def _veths(ctx: Context, previous: NetworkPass | None, again: _Again | None = None) -> tuple[Finding, ...]:
+def _veths(ctx: Context, previous: NetworkPass | None, again: _Again | None) -> tuple[Finding, ...]:
     """A veth follows its peer's namespace: the previous verdict stands while that namespace's does (and
     an earlier scan's, for the same record, while that scan's verdict on the namespace is the one here)."""
     start = len(ctx.findings)
-    if previous is None and again is not None:
-        for i, link in enumerate(ctx.inv.veths):
-            if (taken := again.veth(i, link)) is not None:
-                ctx.add(taken)
-            else:
-                _veth(ctx, link)
-    elif previous is None:
-        for link in ctx.inv.veths:
+    add, classes = ctx.findings.append, ctx.netns_class
+    for i, link in enumerate(ctx.inv.veths):  # a second pass: the very same veths as `previous` judged
+        if previous is not None and classes.get(
+                peer := link.peer_netns_path or "") is previous.netns_class.get(peer):
+            add(previous.veth_findings[i])
+        elif again is not None and (taken := again.veth(i, link)) is not None:
+            add(taken)
+        else:
             _veth(ctx, link)
-    else:
-        for link, before in zip(ctx.inv.veths, previous.veth_findings, strict=True):
-            peer = link.peer_netns_path or ""
-            if ctx.netns_class.get(peer) is previous.netns_class.get(peer):
-                ctx.add(before)
-            else:
-                _veth(ctx, link)
     return tuple(ctx.findings[start:])
 
 
 def _reservation_once(ctx: Context, i: int, r: IPReservation, reserved_ips: set[str], *, again: _Again | None,
-                      once: _Once | None) -> None:
+                      once: _Once) -> None:
     if again is not None and (taken := again.reservation(i, r)) is not None:
-        ctx.add(taken)
+        ctx.findings.append(taken)
         if r.container_id:
             ctx.reservations_by_cid[r.container_id].append((r, taken))
         return
     before = len(ctx.findings)
     _reservation(ctx, r, reserved_ips)
-    if once is not None:
-        once.judged(ctx, before)
-        if r.container_id and not ctx.cache.by_container.get(r.container_id):
-            once.whole_node(ctx, before)  # no cache entry explains it: the whole node's facts decide
+    once.judged(ctx, before)
+    if r.container_id and not ctx.cache.by_container.get(r.container_id):
+        once.whole_node(ctx, before)  # no cache entry explains it: the whole node's facts decide
 
 
 def _rule_once(ctx: Context, i: int, kind: Kind, ident: str, *, container_id: str | None,
-               network: str | None, again: _Again | None, once: _Once | None) -> None:
+               network: str | None, again: _Again | None, once: _Once) -> None:
     if again is not None and (taken := again.rule(i, container_id, network)) is not None:
-        ctx.add(taken)
+        ctx.findings.append(taken)
         return
     before = len(ctx.findings)
     _by_container(ctx, kind, ident, container_id, network)
-    if once is not None:
-        once.judged(ctx, before)
-        if container_id and not _cache_for(ctx, container_id, network):
-            once.whole_node(ctx, before)  # follows reservations and the whole node's facts
+    once.judged(ctx, before)
+    if container_id and not _cache_for(ctx, container_id, network):
+        once.whole_node(ctx, before)  # follows reservations and the whole node's facts
 
 
 def _same_pods(now: Sequence[Pod], then: Sequence[Pod]) -> bool:
@@ -262,9 +261,19 @@ class _Again:
     def __init__(self, ctx: Context, earlier: Earlier, network: NetworkPass) -> None:
         self.ctx, self.then, self.net = ctx, earlier, network
         self.once = network.once
+        self.taken = 0
+        """How many verdicts were taken."""
         self.pending_same = ctx.pending_note() == earlier.pending_note
         self.static_same = (ctx.desired.node == earlier.node and tuple(ctx.mirrored) == earlier.mirrored
                             and tuple(ctx.unmirrored) == earlier.unmirrored)
+        # What a verdict's lookups may find otherwise than they did, worked out once: the cache entries (by
+        # place: the same records, `of`; never by path, which two entries may share) whose owner is not the
+        # very same, the addresses whose claimants are not the very same.
+        self.moved = {i for i, (now, then) in enumerate(zip(ctx.resolutions, earlier.resolutions, strict=True))
+                      if now is not then}
+        touched = _touched_ips(ctx.listed, earlier.listed)
+        self.claimed = _moved_claims(ctx.pods.claims, earlier.claims, touched)
+        self.terminal = _moved_claims(ctx.pods.terminal_claims, earlier.terminal_claims, touched)
 
     @classmethod
     def of(cls, ctx: Context, earlier: Earlier | None, main: Clock, part: Clock) -> _Again | None:
@@ -282,17 +291,17 @@ class _Again:
         return cls(ctx, earlier, network)
 
     def _resolved_alike(self, entries: Iterable[CNICacheEntry]) -> bool:
-        # The same records: an entry's place is that of the earlier scan's entry it equals.
-        now, then, at = self.ctx.resolutions, self.then.resolutions, self.ctx.entry_at
-        return all(now[i] is then[i] for i in (at[id(e)] for e in entries))
+        """Every entry's owner is the very same as then (an entry's place is that of the earlier scan's entry
+        it equals: the same records)."""
+        moved, at = self.moved, self.ctx.entry_at
+        return not moved or all(at[id(e)] not in moved for e in entries)
 
     def _claims_alike(self, ips: Iterable[str]) -> bool:
-        now, then = self.ctx.pods.claims, self.then.claims
-        return all(_same_pods(now.get(ip, ()), then.get(ip, ())) for ip in ips)
+        """The pods whose status claims each address are the very same, in the same order, as then."""
+        return not self.claimed or self.claimed.isdisjoint(ips)
 
     def _terminal_alike(self, ips: Iterable[str]) -> bool:
-        now, then = self.ctx.pods.terminal_claims, self.then.terminal_claims
-        return all(_same_pods(now.get(ip, ()), then.get(ip, ())) for ip in ips)
+        return not self.terminal or self.terminal.isdisjoint(ips)
 
     def _held_alike(self, key: str | None) -> bool:
         """What `_netns_held` reads of a key: its record (the same records: the same one), the entries
@@ -301,7 +310,10 @@ class _Again:
         return ns is None or self._claims_alike(ns.addresses)
 
     def _taken(self, found: Finding) -> Finding | None:
-        return None if id(found) in self.once else found
+        if id(found) in self.once:
+            return None
+        self.taken += 1
+        return found
 
     def reservation(self, i: int, r: IPReservation) -> Finding | None:
         found = self.net.reservations[i] if i < len(self.net.reservations) else None
@@ -332,7 +344,7 @@ class _Again:
 
     def netns(self, i: int, ns: NetnsEntry) -> Finding | None:
         found = self.net.netns_findings[i]
-        key = entry_key(ns)
+        key = self.ctx.netns_keys[i]
         entries = self.ctx.cache.by_netns.get(key, [])
         if entries:
             if not self._resolved_alike(entries):
@@ -340,8 +352,8 @@ class _Again:
             cache_now, cache_then, at = self.ctx.cache_findings, self.net.cache_findings, self.ctx.entry_at
             if not all(cache_now.get(id(e)) is cache_then[at[id(e)]] for e in entries):
                 return None
-            if not any(self.ctx.owner_of(e).state in HOLDING for e in entries) and not (
-                    self._claims_alike([ip for e in entries for ip in e.ips]) and self._held_alike(key)):
+            if not (all(self._claims_alike(e.ips) for e in entries) and self._held_alike(key)) and not any(
+                    self.ctx.owner_of(e).state in HOLDING for e in entries):
                 return None
         elif ns.mounted and not (self.pending_same and self._claims_alike(ns.addresses)
                                  and self._terminal_alike(ns.addresses)):
@@ -352,6 +364,7 @@ class _Again:
         peer = link.peer_netns_path or ""
         if self.ctx.netns_class.get(peer) is not self.net.netns_class.get(peer):
             return None
+        self.taken += 1
         return self.net.veth_findings[i]
 
     def rule(self, i: int, container_id: str | None, network: str | None) -> Finding | None:
@@ -362,10 +375,29 @@ class _Again:
         if not entries or not self._resolved_alike(entries):
             return None
         res = _resolve_container(self.ctx, container_id, network)
-        if res is not None and res.state in GONE and not self._claims_alike(
-                [*(ip for e in entries for ip in e.ips), *self.ctx.chain_ips.get(container_id, ())]):
+        if res is not None and res.state in GONE and not (
+                all(self._claims_alike(e.ips) for e in entries)
+                and self._claims_alike(self.ctx.chain_ips.get(container_id, ()))):
             return None
         return self._taken(found)
+
+
+def _touched_ips(now: tuple[Pod, ...], then: tuple[Pod, ...]) -> set[str] | None:
+    """The addresses (normalized) of the pods listed now but not then or then but not now (`pod_changes`),
+    when the pods listed both now and then are in the same order: the claimants of every other address
+    are then the very same pods in the same order (whether a pod claims an address is a function of the
+    pod alone). None otherwise (every address may have moved)."""
+    changes = pod_changes(now, then)
+    if changes is None:
+        return None
+    return {ip for pods in changes for pod in pods for raw in pod.pod_ips if (ip := normalize_ip(raw))}
+
+
+def _moved_claims(now: dict[str, list[Pod]], then: dict[str, list[Pod]], touched: set[str] | None) -> set[str]:
+    """The addresses whose claimants now are not the very same pods, in the same order, as then (looked
+    for among `touched` only, when known: `_touched_ips`)."""
+    among: Iterable[str] = now.keys() | then.keys() if touched is None else touched
+    return {ip for ip in among if not _same_pods(now.get(ip, ()), then.get(ip, ()))}
 
 
 _NETWORK_READS = ("ip_reservations", "cni_cache", "netns", "veths", "chains", "hostport_rules")
@@ -385,12 +417,12 @@ def _changed_keys(previous: NetworkPass, ctx: Context) -> set[str]:
     return changed
 
 
-def _netns_changed(ns: NetnsEntry, before: NetnsEntry, changed: set[str]) -> bool:
-    """Whether the verdict on `ns` may differ from the previous pass's on `before` (the record at its place):
-    another record, or a key it reads (the entries naming it, the record `_netns_held` looks up) changed."""
+def _netns_changed(ns: NetnsEntry, before: NetnsEntry, changed: set[str], key: str) -> bool:
+    """Whether the verdict on `ns` (of key `key`) may differ from the previous pass's on `before` (the record
+    at its place): another record, or a key it reads (the entries naming it, the record `_netns_held` looks
+    up) changed."""
     if ns is not before:
         return True
-    key = entry_key(ns)
     return key in changed or (not key and netns_key(ns.path) in changed)
 
 
@@ -426,15 +458,25 @@ def stand_or_fall_together(ctx: Context) -> None:
     other reason keeps the rest. Runs last, over every domain's verdicts: a CNI DEL of a container id
     releases all its reservations, so no part may go while another is kept. (A runtime sandbox itself is
     not a part: the runtime removes it first, and its parts wait for that.)"""
-    groups: dict[str, list[int]] = defaultdict(list)
+    groups: dict[str, list[int]] = {}
+    first_cls: dict[str, FindingClass] = {}
+    mixed: dict[str, None] = {}
+    """The container ids whose parts are not all of one class (parts of one class are all residue, none
+    kept, or all kept alike, none weaker: nothing to do); in any order: a group reads and changes only its
+    own parts."""
     findings = ctx.findings
     for index, finding in enumerate(findings):
         if (cid := finding.owner.container_id) and finding.kind in _ATTACHMENT:
-            groups[cid].append(index)
-    for cid, indexes in groups.items():
-        first = findings[indexes[0]].cls
-        if all(findings[i].cls is first for i in indexes):
-            continue  # parts of one class: all residue (none kept), or all kept alike (none weaker)
+            group = groups.get(cid)
+            if group is None:
+                groups[cid] = [index]
+                first_cls[cid] = finding.cls
+            else:
+                group.append(index)
+                if finding.cls is not first_cls[cid]:
+                    mixed[cid] = None
+    for cid in mixed:
+        indexes = groups[cid]
         members = [findings[i] for i in indexes]
         keeping = [f for f in members if not f.cls.is_residue]
         if not keeping:
@@ -707,8 +749,8 @@ def _cache_entry(ctx: Context, entry: CNICacheEntry) -> Finding:
     return ctx.add(finding)
 
 
-def _netns(ctx: Context, ns: NetnsEntry) -> Finding:
-    key = entry_key(ns)
+def _netns(ctx: Context, ns: NetnsEntry, key: str) -> Finding:
+    """`key`: the record's (`entry_key`)."""
     entries = ctx.cache.by_netns.get(key, [])
     finding: Finding
     if entries:

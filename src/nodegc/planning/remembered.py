@@ -13,7 +13,16 @@ inputs are provably the same: the owners of cache entries that look up the very 
 domain's verdicts when its records, the pods of its directories' UIDs, the static pods and the policy are
 the same and the time answers its questions alike, and, when the network records are the same, each
 network verdict whose lookups find the very same owners and claimants (`planning.network._Again`): a node
-whose pods change every cycle.
+whose pods change every cycle. What moved is worked out once per correlation, not per verdict: the cache
+entries whose owner is not the very same, and the addresses whose claimants are not (looked for among the
+addresses of the pods added or removed, when the pods listed both times keep their order). A pod equal by
+value to the earlier one of its UID is that earlier object (`planning.context.as_before`: a source that
+makes every pod anew, a list or a snapshot parsed again, loses nothing), and the indexes that depend on
+the records alone (the cache entries', the netns keys, the addresses the rules name) are taken with them.
+Detect's second pass takes from the last second pass made the verdicts its own first pass cannot give it
+(on the namespaces whose addresses it read, and the entries and veths that follow them), under the same
+rule: the same network records (addresses read included), owners, claimants, policy, and a time that
+answers alike what those verdicts and the first-pass verdicts it carried asked.
 """
 
 from __future__ import annotations
@@ -61,7 +70,10 @@ class Correlations:
         the scan's."""
         self._kept: list[_Kept] = []
         self._earlier: Earlier | None = None
-        """What the last correlation made leaves for the next one (`planning.context.Earlier`)."""
+        """What the last first pass made leaves for the next one (`planning.context.Earlier`)."""
+        self._second: Earlier | None = None
+        """What the last second pass made (detect's, after it read namespaces' addresses) leaves for the next
+        second pass: the verdicts its first pass cannot give it."""
         self.from_earlier = True
         """Whether a correlation made anew takes from the last one (benchmarks compare without: False)."""
         self.taken_again = 0
@@ -82,9 +94,11 @@ class Correlations:
                 self._kept = [again, *(k for k in kept if k is not one)]
                 self.taken_again += 1
                 return one.findings, None
-        made = correlation(inventory, desired, now=now, policy=policy, previous=previous,
-                           earlier=self._earlier if self.from_earlier else None)
-        if made.network.clock is not None or self._earlier is None:  # a first pass: the next scan's first is like it
+        earlier = (self._second if previous is not None else self._earlier) if self.from_earlier else None
+        made = correlation(inventory, desired, now=now, policy=policy, previous=previous, earlier=earlier)
+        if made.network.second:
+            self._second = made.earlier()
+        if not made.network.second or self._earlier is None:  # a first pass: the next scan's first is like it
             self._earlier = made.earlier()
         self.reused += made.context.reused
         # A copy: what the context's clock is asked from now on (nothing, as it is) is not this correlation's.
@@ -95,6 +109,7 @@ class Correlations:
     def forget(self) -> None:
         self._kept = []
         self._earlier = None
+        self._second = None
 
 
 def _same(kept: _Kept, inventory: Inventory, desired: DesiredState, now: datetime,

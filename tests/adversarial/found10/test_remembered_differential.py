@@ -2,9 +2,10 @@
 
 A node scanned again and again, as the agent does, with random small changes between scans (one record's
 age moved near the minimum age, a record gone or back, a file re-created under the same name with another
-inode, a namespace replaced under the same path, a pod's phase or address changed, a pod gone), random time
-steps (none, sub-second, the scan interval, a wall clock stepped back, a photograph from the future) and
-detect's two passes: whatever the memo answers is what a correlation from scratch makes.
+inode, a namespace replaced under the same path, a pod's phase or address changed, a pod gone, re-created
+under its name with a new UID or added, every pod listed as a new equal object or in another order),
+random time steps (none, sub-second, the scan interval, a wall clock stepped back, a photograph from the
+future) and detect's two passes: whatever the memo answers is what a correlation from scratch makes.
 
 With a runtime's view too (complete and incomplete lists, containerd's leftovers): its time of reading moves
 on its own (read with the scan, a moment before it, after it, long before it), sandboxes are born around the
@@ -71,10 +72,18 @@ def _change(rnd: random.Random, inv: Inventory, desired: DesiredState, base: Inv
         pods = list(desired.pods)
         j = rnd.randrange(len(pods))
         choice = rnd.random()
-        if choice < 0.4:
+        if choice < 0.3:
             pods[j] = replace(pods[j], phase=rnd.choice(("Running", "Pending", "Succeeded", "Failed", None)))
-        elif choice < 0.7:
+        elif choice < 0.5:
             pods[j] = replace(pods[j], pod_ips=("10.244.9.9",))
+        elif choice < 0.6:  # re-created under its name with a new UID (a StatefulSet's pod), its address kept
+            pods[j] = replace(pods[j], uid=f"{pods[j].uid}-again", phase=rnd.choice(("Running", "Pending")))
+        elif choice < 0.7:  # every pod listed as a new object (a list, a snapshot parsed again)
+            pods = [replace(p) for p in pods]
+        elif choice < 0.75:
+            rnd.shuffle(pods)
+        elif choice < 0.85:  # a pod added, claiming another's address
+            pods.append(replace(pods[j], uid=f"added-{rnd.randrange(10**6)}", name=f"added-{j}"))
         else:
             del pods[j]
         return inv, replace(desired, pods=tuple(pods))

@@ -9,7 +9,7 @@ is taken again must be what a correlation from scratch makes, decision by decisi
 from __future__ import annotations
 
 import random
-from dataclasses import replace
+from dataclasses import fields, replace
 from datetime import timedelta
 from typing import Any
 
@@ -21,7 +21,7 @@ from nodegc.planning import network
 from nodegc.planning.context import CorrelationPolicy
 from nodegc.planning.correlate import correlate
 from nodegc.planning.remembered import Correlations
-from tests.unit.bigscan import adversarial_scan, big_scan, with_addresses_read
+from tests.unit.bigscan import BigScan, adversarial_scan, big_scan, with_addresses_read
 from tests.unit.factories import NOW
 
 _STEPS = (0.0, 0.25, 1.0, 30.0, -1.0)
@@ -96,3 +96,55 @@ def test_network_verdicts_taken_again_are_fresh_ones(seed: int, monkeypatch: pyt
         again, _ = memo.correlate(read, photo, now=when, policy=policy, previous=first)
         assert again == correlate(read, photo, now=when, policy=policy), step
     assert taken["n"], "no network verdict was taken from an earlier scan: the comparison has no teeth"
+
+
+def _around(rnd: random.Random, inv: Inventory, threshold: float) -> Inventory:
+    """Every record with an age aged to around `threshold` (a few seconds either side, or on it)."""
+    changes: dict[str, Any] = {}
+    for f in fields(Inventory):
+        records = getattr(inv, f.name)
+        if isinstance(records, tuple) and records and hasattr(records[0], "mtime"):
+            changes[f.name] = tuple(replace(r, mtime=threshold + rnd.choice((-31.0, -1.0, -0.25, 0.0, 0.25, 1.0)))
+                                    for r in records)
+    return replace(inv, **changes)
+
+
+def _partly(rnd: random.Random, inv: Inventory, read: Inventory) -> Inventory:
+    """`inv` with some of the namespaces `read` read (and their read problems) read already."""
+    some = {ns.path for ns in read.netns if rnd.random() < 0.5}
+    problems = tuple(p for p in read.problems if p not in inv.problems and p.path in some)
+    return replace(inv, netns=tuple(r if r.path in some else ns for ns, r in zip(inv.netns, read.netns, strict=True)),
+                   problems=inv.problems + problems)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_second_pass_verdicts_taken_again_are_fresh_ones(seed: int) -> None:
+    """detect's second pass takes from the scan before's second pass the verdicts its own first pass
+    cannot give (on the namespaces whose addresses it read, and on what names them). Here the first pass
+    sees the addresses already now and then (nothing changes between its passes: the second takes all
+    from the first), now and then some of them, now and then none; the desired state changes; the
+    records' ages straddle the minimum age as the clock goes to and fro. A verdict taken again must be the
+    fresh one whichever pass made it."""
+    rnd = random.Random(9000 + seed)  # noqa: S311 (a test scenario, not a secret)
+    make = adversarial_scan if seed % 2 else big_scan
+    scan = make(seed, sandboxes=50, runtime=seed % 3 == 2)
+    policy = CorrelationPolicy(min_age_seconds=60.0)
+    inv = _around(rnd, scan.inventory, NOW.timestamp() - policy.min_age_seconds)
+    read = with_addresses_read(BigScan(inv, scan.desired, scan.unread_netns), seed)
+    ips = _record_ips(read)
+    memo = Correlations()
+    desired = scan.desired
+    second = 0
+    for step in range(80):
+        # the clock goes to and fro across the records' ages (stepped back, forward, held)
+        when = NOW + timedelta(seconds=rnd.choice((-1.0, -0.25, 0.0, 0.0, 0.25, 0.5, 1.0)))
+        desired = _change(rnd, desired, ips, step)
+        photo = replace(desired, fetched_at=when - timedelta(seconds=rnd.choice((0.0, 0.5, 2.0))))
+        seen = rnd.choice((read, inv, inv, _partly(rnd, inv, read)))
+        found, first = memo.correlate(seen, photo, now=when, policy=policy)
+        assert found == correlate(seen, photo, now=when, policy=policy), step
+        before = memo.reused
+        again, _ = memo.correlate(read, photo, now=when, policy=policy, previous=first)
+        second += memo.reused - before
+        assert again == correlate(read, photo, now=when, policy=policy), step
+    assert second, "no second pass took a verdict from an earlier one: the comparison has no teeth"
