@@ -17,7 +17,10 @@ process's start-up objects are frozen out of the cyclic collector (`gc.freeze`) 
   a node whose pods change every cycle pays (a correlation made anew takes from the scan before the
   verdicts whose inputs are the same: `desired_changed_verdicts_taken_from_earlier` counts them), and
   `scan_seconds_desired_changed_without_earlier` the same scan taking nothing from the scan before
-  (`Correlations.from_earlier` off), interleaved with it;
+  (`Correlations.from_earlier` off), interleaved with it; `desired_changed_over_bare_beside` is the
+  median of the ratio of each of those changed scans to the bare reads timed right after it
+  (`bare_reads_seconds_beside_changed`): a ratio a loaded machine moves less than that of two medians
+  taken minutes apart;
 - `bare_reads_seconds`: in the same run, the reads a scan cannot avoid (mountinfo, the directory
   listings, one netlink link dump, one iptables-save), and `scan_over_bare`, the ratio of the two;
   `bare_reads_with_files_seconds` adds what a scan must read beyond listing (every reservation and
@@ -107,18 +110,28 @@ def timed(fn: Callable[[], object], repeat: int) -> float:
     return statistics.median(samples)
 
 
-def interleaved(scan: Callable[[bool], None], repeat: int) -> tuple[float, float]:
+def interleaved(scan: Callable[[bool], None], repeat: int,
+                beside: Callable[[], None]) -> tuple[float, float, float, float]:
     """The median of `scan(True)` and of `scan(False)`, interleaved (each pair in the other order, so both
-    see the same machine load), each after an untimed one of its own kind (the scan before it)."""
+    see the same machine load), each after an untimed one of its own kind (the scan before it); and the
+    median of `beside()` timed right after each `scan(True)`, and of the ratio of the two in each round
+    (what a loaded machine changes between rounds moves both alike)."""
     samples: dict[bool, list[float]] = {True: [], False: []}
+    besides: list[float] = []
     for i in range(repeat):
         for flag in (True, False) if i % 2 == 1 else (False, True):
             scan(flag)
             start = time.perf_counter()
             scan(flag)
             samples[flag].append(time.perf_counter() - start)
+            if flag:
+                start = time.perf_counter()
+                beside()
+                besides.append(time.perf_counter() - start)
     REMEMBERED.from_earlier = True
-    return statistics.median(samples[True]), statistics.median(samples[False])
+    ratios = [a / b for a, b in zip(samples[True], besides, strict=True)]
+    return (statistics.median(samples[True]), statistics.median(samples[False]), statistics.median(besides),
+            statistics.median(ratios))
 
 
 def _read_tree(path: Path, depth: int) -> None:
@@ -330,7 +343,8 @@ def measure(pods: int, repeat: int, runtime_sandboxes: int = 0, runtime_ready: i
         taken_again = REMEMBERED.taken_again - taken_before
         unwatched_s = timed(lambda: scan(unwatched), repeat)
         reused = REMEMBERED.reused
-        changed_s, without_earlier_s = interleaved(changed_scan, repeat)
+        changed_s, without_earlier_s, beside_s, beside_ratio = interleaved(changed_scan, repeat,
+                                                                           lambda: bare_reads(node))
         bare_s = timed(lambda: bare_reads(node), repeat)
         files_s = timed(lambda: bare_reads_with_files(node), repeat)
         inventory, findings = detect(scan_node(node.roots, AGENT_SCAN), desired, now=datetime.now(UTC), policy=policy)
@@ -350,6 +364,8 @@ def measure(pods: int, repeat: int, runtime_sandboxes: int = 0, runtime_ready: i
             "scan_over_bare": round(scan_s / bare_s, 2),
             "scan_seconds_desired_changed": round(changed_s, 4),
             "desired_changed_over_bare": round(changed_s / bare_s, 2),
+            "bare_reads_seconds_beside_changed": round(beside_s, 4),
+            "desired_changed_over_bare_beside": round(beside_ratio, 2),
             "desired_changed_verdicts_taken_from_earlier": f"{REMEMBERED.reused - reused} in {2 * repeat} scans",
             "scan_seconds_desired_changed_without_earlier": round(without_earlier_s, 4),
             "desired_changed_without_earlier_over_bare": round(without_earlier_s / bare_s, 2),

@@ -25,7 +25,7 @@ from nodegc.model.resources import (
     VethLink,
 )
 from nodegc.planning.context import GONE, HOLDING, Clock, Context, Earlier, reclass, same_policy, short
-from nodegc.planning.owners import Resolution, netns_key, normalize_ip
+from nodegc.planning.owners import Resolution, netns_key, normalize_ip, pod_changes
 from nodegc.planning.phases import hostport_rule_id
 
 
@@ -388,19 +388,14 @@ class _Again:
 
 
 def _touched_ips(now: tuple[Pod, ...], then: tuple[Pod, ...]) -> set[str] | None:
-    """The addresses (normalized) of the pods listed now but not then or then but not now (by identity),
+    """The addresses (normalized) of the pods listed now but not then or then but not now (`pod_changes`),
     when the pods listed both now and then are in the same order: the claimants of every other address
     are then the very same pods in the same order (whether a pod claims an address is a function of the
-    pod alone). None when that order differs (every address may have moved)."""
-    now_ids, then_ids = set(map(id, now)), set(map(id, then))  # both alive: no id stands for two pods
-    if [i for i in map(id, now) if i in then_ids] != [i for i in map(id, then) if i in now_ids]:
+    pod alone). None otherwise (every address may have moved)."""
+    changes = pod_changes(now, then)
+    if changes is None:
         return None
-    touched: set[str] = set()
-    for pods, other in ((now, then_ids), (then, now_ids)):
-        for pod in pods:
-            if id(pod) not in other:
-                touched.update(ip for raw in pod.pod_ips if (ip := normalize_ip(raw)))
-    return touched
+    return {ip for pods in changes for pod in pods for raw in pod.pod_ips if (ip := normalize_ip(raw))}
 
 
 def _moved_claims(now: dict[str, list[Pod]], then: dict[str, list[Pod]], touched: set[str] | None) -> set[str]:

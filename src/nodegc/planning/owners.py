@@ -130,6 +130,17 @@ class PodIndex:
         return Resolution(owner, pod.state, (f"{what} {pod.namespace}/{pod.name} uid {uid} is {pod.phase}",), pod)
 
 
+def pod_changes(now: tuple[Pod, ...], then: tuple[Pod, ...]) -> tuple[list[Pod], list[Pod]] | None:
+    """The pods listed now but not then, and then but not now (by identity), when the pods listed both
+    times are in the same order and no pod object is listed twice; None otherwise."""
+    now_ids, then_ids = set(map(id, now)), set(map(id, then))  # both alive: no id stands for two pods
+    if len(now_ids) != len(now) or len(then_ids) != len(then):
+        return None
+    if [i for i in map(id, now) if i in then_ids] != [i for i in map(id, then) if i in now_ids]:
+        return None
+    return [p for p in now if id(p) not in then_ids], [p for p in then if id(p) not in now_ids]
+
+
 @dataclass
 class CacheIndex:
     by_container: dict[str, list[CNICacheEntry]] = field(default_factory=lambda: defaultdict(list))
