@@ -2,7 +2,8 @@
 with everything that moves between scans moving at once: every record read anew each scan (new objects,
 equal when the node did not change), now and then one changed; pods listed anew (equal objects, their
 creation times in another time zone), added claiming a record's address, made terminal, moved on or off the
-host network, re-created under their name with a new UID; the first pass seeing the namespaces' addresses
+host network, re-created under their name with a new UID; records keeping their key while a field
+changes, or a second record of one key; the first pass seeing the namespaces' addresses
 now and then, the second pass reading all or some of them, or not run at all (nothing to read), or run
 without the first (the first was taken whole); the clock stepping to and fro across the minimum age."""
 
@@ -15,6 +16,7 @@ from datetime import timedelta, timezone
 import pytest
 
 from nodegc.model.pods import DesiredState, Pod
+from nodegc.model.resources import Inventory
 from nodegc.planning.context import CorrelationPolicy
 from nodegc.planning.correlate import correlate
 from nodegc.planning.remembered import Correlations
@@ -34,6 +36,42 @@ def _listed_anew(rnd: random.Random, desired: DesiredState) -> DesiredState:
         born = p.created_at.astimezone(_ZONE if rnd.random() < 0.5 else timezone.utc) if p.created_at else None
         pods.append(replace(p, created_at=born))
     return replace(desired, pods=tuple(pods))
+
+
+def _same_key(rnd: random.Random, inv: Inventory, ips: list[str]) -> Inventory:
+    """A record that keeps its key (path, container id, netns name) while a field a verdict reads changes,
+    or a second record of the same key."""
+    roll = rnd.random()
+    if roll < 0.35 and inv.cni_cache:
+        entries = list(inv.cni_cache)
+        i = rnd.randrange(len(entries))
+        e = entries[i]
+        other = rnd.choice(entries)
+        changed = rnd.choice((replace(e, ips=(rnd.choice(ips),)), replace(e, netns=other.netns),
+                              replace(e, pod_uid=other.pod_uid), replace(e, pod_uid=None)))
+        if rnd.random() < 0.4:
+            entries.insert(rnd.randrange(len(entries) + 1), changed)  # two entries of one path
+        else:
+            entries[i] = changed
+        return replace(inv, cni_cache=tuple(entries))
+    if roll < 0.7 and inv.netns:
+        spaces = list(inv.netns)
+        i = rnd.randrange(len(spaces))
+        ns = spaces[i]
+        changed_ns = rnd.choice((replace(ns, mounted=not ns.mounted), replace(ns, addresses=(rnd.choice(ips),),
+                                                                             addresses_read=True)))
+        if rnd.random() < 0.3:
+            spaces.insert(rnd.randrange(len(spaces) + 1), changed_ns)  # two records of one key
+        else:
+            spaces[i] = changed_ns
+        return replace(inv, netns=tuple(spaces))
+    if inv.ip_reservations:
+        held = list(inv.ip_reservations)
+        i = rnd.randrange(len(held))
+        other = rnd.choice(held)
+        held[i] = replace(held[i], container_id=rnd.choice((other.container_id, None)))
+        return replace(inv, ip_reservations=tuple(held))
+    return inv
 
 
 def _born(rnd: random.Random, desired: DesiredState) -> DesiredState:
@@ -64,6 +102,8 @@ def test_everything_moving_at_once(seed: int) -> None:
                                            min_age=policy.min_age_seconds)
         elif roll < 0.75:
             desired = _born(rnd, desired)
+        elif roll < 0.85:
+            inv = _same_key(rnd, inv, ips)
         if rnd.random() < 0.7:
             desired = _listed_anew(rnd, desired)
         inv = read_anew(inv)
