@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import replace
-from datetime import timedelta, timezone
+from datetime import UTC, timedelta, timezone
 
 import pytest
 
@@ -33,7 +33,7 @@ def _listed_anew(rnd: random.Random, desired: DesiredState) -> DesiredState:
     """Every pod a new object equal to the one before (its creation time, if any, in another zone)."""
     pods: list[Pod] = []
     for p in desired.pods:
-        born = p.created_at.astimezone(_ZONE if rnd.random() < 0.5 else timezone.utc) if p.created_at else None
+        born = p.created_at.astimezone(_ZONE if rnd.random() < 0.5 else UTC) if p.created_at else None
         pods.append(replace(p, created_at=born))
     return replace(desired, pods=tuple(pods))
 
