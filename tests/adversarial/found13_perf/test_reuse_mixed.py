@@ -68,8 +68,7 @@ def _same_key(rnd: random.Random, inv: Inventory, ips: list[str]) -> Inventory:
     if inv.ip_reservations:
         held = list(inv.ip_reservations)
         i = rnd.randrange(len(held))
-        other = rnd.choice(held)
-        held[i] = replace(held[i], container_id=rnd.choice((other.container_id, None)))
+        held[i] = replace(held[i], container_id=rnd.choice((rnd.choice(held).container_id, None)))
         return replace(inv, ip_reservations=tuple(held))
     return inv
 
