@@ -5,7 +5,8 @@ creation times in another time zone), added claiming a record's address, made te
 host network, re-created under their name with a new UID; records keeping their key while a field
 changes, or a second record of one key; the first pass seeing the namespaces' addresses
 now and then, the second pass reading all or some of them, or not run at all (nothing to read), or run
-without the first (the first was taken whole); the clock stepping to and fro across the minimum age."""
+without the first (the first was taken whole); the clock stepping to and fro across the minimum age;
+the settle time and the minimum age moved."""
 
 from __future__ import annotations
 
@@ -105,6 +106,9 @@ def test_everything_moving_at_once(seed: int) -> None:
             inv = _same_key(rnd, inv, ips)
         if rnd.random() < 0.7:
             desired = _listed_anew(rnd, desired)
+        if step % 11 == 10:  # the settle time and the minimum age moved (a new configuration)
+            policy = replace(policy, add_settle_seconds=rnd.choice((0.0, 30.0, 90.0)),
+                             min_age_seconds=rnd.choice((60.0, 60.0, 60.5)))
         inv = read_anew(inv)
         read = with_addresses_read(BigScan(inv, desired, scan.unread_netns), seed + step % 3)
         photo = replace(desired, fetched_at=when - timedelta(seconds=rnd.choice((0.0, 0.5, 2.0))))
