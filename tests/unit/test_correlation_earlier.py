@@ -7,7 +7,7 @@ name-only cache entry gives, under the UID of a pod directory or cache entry of 
 phase or address changed, re-created under its name with a new UID, a static pod's mirror added; one pod
 or every pod listed as a new object equal to the one before; the pods listed in another order), the
 records change now and then (an age moved near the minimum age, a record gone, a static pod manifest
-added or made unreadable), the time steps
+added or made unreadable, every record of a kind read again as new equal objects), the time steps
 randomly (none, sub-second, the scan interval, stepped back, a photograph from the future), the first pass
 sees the namespaces' addresses now and then, and detect's two passes run, the second seeing the same
 addresses as the scan before or others: whatever the reuse answers is what a correlation from scratch
@@ -121,6 +121,9 @@ def _change_records(rnd: random.Random, inv: Inventory, base: Inventory, *, now:
     if roll < 0.75:
         return replace(inv, static_pods=())
     name = rnd.choice(_records(inv))
+    if roll < 0.8:  # every record of a kind read again as a new object equal to the one before
+        again: dict[str, Any] = {name: tuple(replace(r) for r in getattr(inv, name))}
+        return replace(inv, **again)
     records = list(getattr(inv, name))
     i = rnd.randrange(len(records))
     if roll < 0.88:

@@ -293,8 +293,11 @@ class Context:
         listed = as_before(desired.pods, earlier.by_uid) if earlier is not None else desired.pods
         pods = PodIndex.build(desired, listed)
         same_entries = earlier is not None and inv.cni_cache == earlier.inv.cni_cache
-        cache = earlier.cache if earlier is not None and same_entries and earlier.cache is not None else (
-            CacheIndex.build(inv.cni_cache))
+        # The index holds the entries themselves, which are looked up by identity (a second pass redoes the
+        # entries of the namespaces it read by id, `_shared_netns` skips the entry itself): the very same
+        # records only, not equal ones.
+        cache = (earlier.cache if earlier is not None and earlier.cache is not None
+                 and _very_same(inv.cni_cache, earlier.inv.cni_cache) else CacheIndex.build(inv.cni_cache))
         resolutions, reused = _resolutions(inv.cni_cache, pods, earlier)
         if earlier is not None and same_entries and earlier.explained is not None and reused == len(inv.cni_cache):
             explained = earlier.explained  # the same entries, each with the very same owner: the same answer
@@ -447,6 +450,10 @@ def _read_at(inv: Inventory) -> float | None:
     """When the runtime's view was read: only the clock holds it (see `Clock.read`)."""
     view = inv.runtime
     return view.read_at.timestamp() if view is not None and view.read_at is not None else None
+
+
+def _very_same(a: tuple[object, ...], b: tuple[object, ...]) -> bool:
+    return a is b or (len(a) == len(b) and all(map(operator.is_, a, b)))
 
 
 def _explained(entries: tuple[CNICacheEntry, ...], resolutions: dict[str, Resolution]) -> frozenset[str]:
