@@ -167,10 +167,12 @@ def _cache_entries(ctx: Context, previous: NetworkPass | None, changed: set[str]
     """A verdict per cache entry; the previous pass's where no key the entry's netns path reads changed."""
     start = len(ctx.findings)
     add = ctx.findings.append  # a few thousand a scan: the loops below are the domain's cost
+    # By path: whatever objects the cache index holds, an entry of a namespace that changed is judged again,
+    # and so is every other entry read at its path (two entries may share one): never fewer than by identity.
     redo = None if previous is None or changed is None else {
-        id(e) for key in changed for e in ctx.cache.by_netns.get(key, ())}
+        e.path for key in changed for e in ctx.cache.by_netns.get(key, ())}
     for i, entry in enumerate(ctx.inv.cni_cache):
-        if redo is not None and previous is not None and id(entry) not in redo:
+        if redo is not None and previous is not None and entry.path not in redo:
             add(previous.cache_findings[i])  # a second pass: the very same entries as `previous` judged
         elif again is not None and (taken := again.cache_entry(i, entry)) is not None:
             add(taken)
