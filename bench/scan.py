@@ -13,7 +13,8 @@ process's start-up objects are frozen out of the cyclic collector (`gc.freeze`) 
   as the first scan of a process;
   `scan_seconds_without_pod_dir_watch` is the steady scan without the watch (as `nodegc scan` would
   scan again and again); `scan_seconds_desired_changed` is the steady scan with one more pod (a new
-  UID, nothing of it on the node) in the desired state each time, so no correlation is taken again: what
+  UID, Pending with no address yet, nothing of it on the node) in the desired state each time, so no
+  correlation is taken again: what
   a node whose pods change every cycle pays (a correlation made anew takes from the scan before the
   verdicts whose inputs are the same: `desired_changed_verdicts_taken_from_earlier` counts them), and
   `scan_seconds_desired_changed_without_earlier` the same scan taking nothing from the scan before
@@ -320,8 +321,11 @@ def measure(pods: int, repeat: int, runtime_sandboxes: int = 0, runtime_ready: i
             detect(scan_node(node.roots, options), desired, now=datetime.now(UTC), policy=policy)
 
         def changed_scan(from_earlier: bool = True) -> None:
-            extra = dataclasses.replace(desired.pods[0], uid=str(uuid.uuid4()),
-                                        name=f"extra-{uuid.uuid4().hex[:8]}", static_uid=None)
+            # A pod just bound to the node: Pending, no address yet, nothing of it on the node. (A copy of pod 0
+            # with its address, as this was before, is a second live pod claiming that address: a conflict
+            # every scan, which no node sees from churn.)
+            extra = dataclasses.replace(desired.pods[0], uid=str(uuid.uuid4()), name=f"extra-{uuid.uuid4().hex[:8]}",
+                                        static_uid=None, phase="Pending", pod_ips=())
             other = dataclasses.replace(desired, pods=(*desired.pods, extra))
             taken = REMEMBERED.taken_again
             REMEMBERED.from_earlier = from_earlier  # back to True at the end of `interleaved`
