@@ -531,6 +531,11 @@ def test_a_container_process_that_does_not_die_fails_the_stop_with_the_shim_left
     finally:
         state.write_text("THAWED")
     assert _wait_gone(app), "the thawed process got its SIGKILL"
+    # Dead is not yet reaped: until its shim waits for it, the zombie is still the shim's child, out of every
+    # cgroup, and the stop refuses it as a child in no container's cgroup (safe, but not what is tested here).
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{app}").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
     again = stop_shim(lost.shim, endpoint=rt.endpoint, timeout=5.0)
     assert again.ok, again
     assert _wait_gone(lost.shim.pid or 0, *lost.pids.values())
