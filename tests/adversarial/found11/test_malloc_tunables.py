@@ -7,9 +7,8 @@ import pytest
 from nodegc.hostio import libc
 
 
-@pytest.fixture
-def calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
-    """The mallopt calls tune_malloc makes, with no MALLOC_* variable in the environment."""
+def record_mallopt(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
+    """The mallopt calls tune_malloc makes from now on, with no MALLOC_* variable in the environment."""
     made: list[tuple[int, int]] = []
 
     class Lib:
@@ -21,6 +20,11 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
     for name in libc.LONG_RUNNING_MALLOC:
         monkeypatch.delenv(name, raising=False)
     return made
+
+
+@pytest.fixture
+def calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
+    return record_mallopt(monkeypatch)
 
 
 def test_glibc_tunables_win(monkeypatch: pytest.MonkeyPatch, calls: list[tuple[int, int]]) -> None:

@@ -12,22 +12,14 @@ import pytest
 
 from nodegc.cli import main
 from nodegc.hostio import libc
+from tests.adversarial.found11.test_malloc_tunables import record_mallopt
 from tests.api.fakeapi import FakeKubeAPI
 
 
 @pytest.fixture
 def calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
     """The mallopt calls made, with no MALLOC_* variable and an operator's arena count in GLIBC_TUNABLES."""
-    made: list[tuple[int, int]] = []
-
-    class Lib:
-        def mallopt(self, param: int, value: int) -> int:
-            made.append((param, value))
-            return 1
-
-    monkeypatch.setattr(libc, "libc", Lib)
-    for name in libc.LONG_RUNNING_MALLOC:
-        monkeypatch.delenv(name, raising=False)
+    made = record_mallopt(monkeypatch)
     monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.arena_max=2")
     monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "65536")
     return made
