@@ -322,6 +322,14 @@ ALERTS: tuple[Alert, ...] = (
           "10 minutes, none succeeded): nothing is marked nor reclaimed on that node (view_not_current).",
           unless=f'sum by (cluster, node) (increase(nodegc_reflector_proofs_total{{{AGENT_SEL}, '
                  f'result="proven"}}[10m]))'),
+    Alert("NodegcWatchReplaying",
+          f'sum by (cluster, node) (increase(nodegc_reflector_relists_total{{{AGENT_SEL}, reason="replayed"}}[15m]))',
+          ">", "0", "30m", "warning",
+          "nodegc on {{ $labels.node }}: its pod watch keeps replaying history",
+          "For 30 minutes the pod watch of the agent on {{ $labels.node }} has sent events at or behind the "
+          "resourceVersion its view already holds ({{ $value | printf \"%.0f\" }} in the last 15 minutes): a "
+          "lagging watch cache or a proxy replaying history. None is applied; each makes the agent list the "
+          "node's pods again, with backoff, so the watch never settles and the API server serves a list instead."),
     Alert("NodegcMarkingStarved",
           f'sum by (cluster, node) (increase(nodegc_streaks_restarted_total{{{AGENT_SEL}}}[1h]))',
           ">", "0", "1h", "warning",

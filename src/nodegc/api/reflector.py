@@ -79,7 +79,7 @@ log = get_logger("nodegc.reflector")
 T = TypeVar("T")
 
 COUNTERS = ("lists", "watches", "resyncs", "stale_lists", "relists_gone", "relists_stalled", "relists_error",
-            "relists_refresh", "proofs", "proof_witness_reads", "proofs_refused")
+            "relists_refresh", "relists_replayed", "proofs", "proof_witness_reads", "proofs_refused")
 """`proofs`: calls of `prove()`; `proof_witness_reads`: the witness GETs they made; `proofs_refused`: the
 calls that could not prove the view current."""
 EVENT_TYPES = ("ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR")
@@ -783,7 +783,7 @@ class Reflector(Generic[T]):
             if number is not None and self._high_rv is not None and number <= self._high_rv:
                 # History the view already passed (a lagging watch cache or proxy replaying it): applied, it
                 # would take back what the view holds (a live pod deleted at an old version) under its proof.
-                raise _Relist("error", f"a {kind} event at resourceVersion {number} is behind the view's"
+                raise _Relist("replayed", f"a {kind} event at resourceVersion {number} is behind the view's"
                                        f" {self._high_rv}: the watch replays history")
             if kind == "DELETED":
                 self._items.pop(key, None)

@@ -23,7 +23,7 @@ from nodegc.model.resources import Kind
 
 RANGE_LABELS = ("network", "range")
 WATCH_EVENT_TYPES = ("added", "modified", "deleted", "bookmark", "error")
-RELIST_REASONS = ("gone", "stalled", "error", "refresh")
+RELIST_REASONS = ("gone", "stalled", "error", "refresh", "replayed")
 RECLAIM_RESULTS = ("ok", "gone", "changed", "failed", "dry_run")
 BLOCK_REASONS = ("source_unavailable", "stale_source", "view_not_current", "blast_radius", "runtime_unavailable",
                  "rate_limit", "reverification")
@@ -311,7 +311,9 @@ class _ReflectorCollector(Collector):
         yield watches
         relists = CounterMetricFamily("nodegc_reflector_relists", "Relists by cause: gone (410), stalled (no "
                                       "event or bookmark in time), error, refresh (a cycle with something to act "
-                                      "on found its view about to be too old to prove), resync (periodic).",
+                                      "on found its view about to be too old to prove), replayed (an event at or "
+                                      "behind the view's resourceVersion: a watch replaying history), resync "
+                                      "(periodic).",
                                       labels=["reason"])
         for reason in RELIST_REASONS:
             relists.add_metric([reason], stats.get(f"relists_{reason}", 0))
