@@ -39,6 +39,7 @@ from nodegc.inventory.cri.leftovers import (
     expected_mount,
     is_container_id,
     load_json,
+    read_cmdline,
     read_small,
     read_spec,
     serves_socket,
@@ -485,11 +486,10 @@ def _container_of(proc_root: Path, pid: int) -> str | None:
 
 
 def _command(proc_root: Path, pid: int) -> str:
-    try:
-        with open(proc_root / str(pid) / "cmdline", "rb") as f:
-            argv0 = f.read(4096).split(b"\0", 1)[0]
-    except OSError:
+    raw = read_cmdline(proc_root, pid, 4096)  # within STAT_WAIT seconds: a process can lock its memory map
+    if raw is None:
         return "?"
+    argv0 = raw.split(b"\0", 1)[0]
     return os.path.basename(argv0).decode("utf-8", "replace") or "?"
 
 
