@@ -27,6 +27,7 @@ from nodegc.desired.source import DesiredSource, SourceError
 from nodegc.engine.cycle import CycleReport, Engine
 from nodegc.exitcodes import EXIT_BLOCKED, EXIT_CLEAN, EXIT_ERROR, EXIT_SOURCE, EXIT_USAGE
 from nodegc.hostio.libc import trim_malloc, tune_malloc
+from nodegc.hostio.mountinfo import read_mounts
 from nodegc.inventory.pod_dirs import pod_dir_watcher
 from nodegc.ledger.store import LedgerError, LedgerLocked
 from nodegc.model.findings import Finding
@@ -36,6 +37,7 @@ from nodegc.observe.logs import get_logger
 from nodegc.observe.metrics import Metrics
 from nodegc.planning.conditions import node_conditions
 from nodegc.planning.ipranges import RangeTracker
+from nodegc.reclaim.runtime_leftovers import cgroup_view_doubt
 from nodegc.wiring import (
     AgentSettings,
     agent_engine_settings,
@@ -247,9 +249,7 @@ def cmd_agent(settings: AgentSettings) -> int:
                              iptables_backend=settings.safety.iptables_backend,
                              runtime_state_dir=settings.safety.runtime_state_dir,
                              runc_root=settings.safety.runc_root, cgroup_root=settings.safety.cgroup_root)
-    metrics = Metrics()
-    heartbeat = Heartbeat(settings.interval)
-    metrics.readiness(heartbeat.ready)
+    metrics, heartbeat = _health(settings)
     node = settings.source.node_name()
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -302,6 +302,33 @@ def cmd_agent(settings: AgentSettings) -> int:
         window.save(force=True)
     log.info("agent stopped")
     return EXIT_CLEAN
+
+
+def _health(settings: AgentSettings) -> tuple[Metrics, Heartbeat]:
+    metrics = Metrics()
+    heartbeat = Heartbeat(settings.interval)
+    metrics.readiness(heartbeat.ready)
+    _check_cgroup_view(settings, metrics, heartbeat)
+    return metrics, heartbeat
+
+
+def _check_cgroup_view(settings: AgentSettings, metrics: Metrics, heartbeat: Heartbeat) -> None:
+    """A pod on cgroup v2 sees /sys/fs/cgroup through a cgroup namespace of its own, whose root is its own
+    cgroup: no container of the node is in it. Said once at start (log, nodegc_cgroup_view_ok, /readyz's
+    reason); each task bundle's step then says "cannot tell" for its container's cgroup and keeps the bundle."""
+    root = settings.safety.cgroup_root
+    if root is None or settings.safety.runtime_state_dir is None:
+        return  # no container cgroup is ever touched
+    mounts, problems = read_mounts(settings.roots.proc_root)
+    doubt = (cgroup_view_doubt(root, mounts) if mounts
+             else f"cannot read the mount table: {problems[0].reason if problems else 'empty'}")
+    metrics.cgroup_view(doubt is None)
+    if doubt is None:
+        return
+    log.warning("the cgroup hierarchies nodegc reads are not the node's: the cgroups of reclaimed task bundles"
+                " cannot be told gone, and their bundles are kept", cgroup_root=str(root), reason=doubt,
+                hint="mount the node's /sys/fs/cgroup (hostPath) and point --cgroup-root at it")
+    heartbeat.note(f"container cgroups cannot be told gone: {doubt}")
 
 
 def _freeze_startup_objects() -> None:

@@ -315,3 +315,19 @@ def test_the_runc_root_is_inside_the_state_dir_it_mounts(helm: str) -> None:
     assert "--runc-root=none" in c["args"]
     assert "not inside" in template_fails(helm, "--set", "agent.runtime.runcRoot=/run/runc")
     assert "agent.config.runcRoot" in template_fails(helm, "--set", "agent.config.runcRoot=/run/containerd/runc")
+
+
+def test_the_nodes_cgroup_tree_is_mounted_where_cgroup_root_points(helm: str) -> None:
+    """agent.paths.cgroupDir is the node's cgroup tree, mounted read-write at /host<cgroupDir> and passed as
+    --cgroup-root; without it, or without a state dir (no task bundle is reclaimed), cgroups are not touched."""
+    c, mounts, types = _runtime_view(helm_template(helm, "--set", "agent.paths.cgroupDir=/run/cgroup2"))
+    assert "--cgroup-root=/host/run/cgroup2" in c["args"]
+    assert mounts["/host/run/cgroup2"] == ("/run/cgroup2", "HostToContainer") and types["/run/cgroup2"] == "Directory"
+    for values in (("--set", "agent.paths.cgroupDir="), ("--set", "agent.runtime.stateDir=")):
+        objs = helm_template(helm, *values)
+        validate(objs)
+        c, mounts, _ = _runtime_view(objs)
+        assert "--cgroup-root=none" in c["args"], values
+        assert not any(m.startswith("/host") for m in mounts), values
+    err = template_fails(helm, "--set", "agent.config.cgroupRoot=/sys/fs/cgroup")
+    assert "agent.paths.cgroupDir" in err, err

@@ -59,6 +59,9 @@ AGENT_MOUNTS = {
     # containerd's CRI socket and state dir in one hostPath; HostToContainer: the agent's own rootfs lives
     # below it on the node, so Bidirectional would nest the container's mounts back into it.
     "/run/containerd": ("/run/containerd", "Directory", "HostToContainer", False),
+    # The node's cgroup tree, read-write (empty container cgroups go with their task bundles): the pod's own
+    # /sys/fs/cgroup is its cgroup namespace's view on cgroup v2.
+    "/host/sys/fs/cgroup": ("/sys/fs/cgroup", "Directory", "HostToContainer", False),
     "/var/lib/cni": ("/var/lib/cni", "DirectoryOrCreate", None, False),
     "/etc/cni/net.d": ("/etc/cni/net.d", "DirectoryOrCreate", None, True),
     "/opt/cni/bin": ("/opt/cni/bin", "DirectoryOrCreate", None, True),
@@ -71,7 +74,8 @@ AGENT_MOUNTS = {
 }
 AGENT_ARGS = ["agent", "--config=/etc/nodegc/agent.yaml", "--node=$(NODE_NAME)", "--metrics-address=0.0.0.0:9808",
               "--state-dir=/var/lib/nodegc", "--runtime-endpoint=unix:///run/containerd/containerd.sock",
-              "--runtime-state-dir=/run/containerd", "--runc-root=/run/containerd/runc"]
+              "--runtime-state-dir=/run/containerd", "--runc-root=/run/containerd/runc",
+              "--cgroup-root=/host/sys/fs/cgroup"]
 CONTROLLER_ARGS = ["controller", "--metrics-address=0.0.0.0:9809", f"--lease-namespace={NAMESPACE}"]
 
 
@@ -432,3 +436,21 @@ def test_every_node_path_the_agent_reads_is_mounted_at_its_own_path(rendered: li
     assert s.safety.runtime_endpoint is not None and s.safety.runtime_state_dir is not None
     assert covered(socket_path(s.safety.runtime_endpoint)) and covered(s.safety.runtime_state_dir)
     assert r.proc_root == Path("/proc") and spec["hostPID"] is True
+
+
+def test_the_agent_removes_container_cgroups_in_the_nodes_tree(rendered: list[Obj]) -> None:
+    """--cgroup-root names the node's /sys/fs/cgroup, mounted read-write: the pod's own /sys/fs/cgroup is its
+    cgroup namespace's view on cgroup v2 (its own cgroup, none of the node's containers), where a dead
+    container's cgroup is never found."""
+    from nodegc.wiring import agent_from_args
+
+    ds = one(rendered, "DaemonSet", "nodegc-agent")
+    spec = pod_spec(ds)
+    (c,) = spec["containers"]
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    s = agent_from_args(build_parser().parse_args([a.replace("$(NODE_NAME)", "node-a") for a in c["args"]]))
+    root = s.safety.cgroup_root
+    assert root is not None and root != Path("/sys/fs/cgroup")
+    (m,) = [m for m in c["volumeMounts"] if m["mountPath"] == str(root)]
+    assert volumes[m["name"]]["hostPath"] == {"path": "/sys/fs/cgroup", "type": "Directory"}
+    assert not m.get("readOnly") and m.get("mountPropagation") == "HostToContainer"

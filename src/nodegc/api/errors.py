@@ -63,7 +63,8 @@ def call(what: str, fn: Callable[[], T], *, timeout: float | None = None) -> T:
         ) from e
     except httpx2.TimeoutException as e:
         after = f" after {timeout:g}s" if timeout is not None else ""
-        raise KubeError(f"{what} timed out{after} ({type(e).__name__})", timed_out=True) from e
+        said = f": {e}" if str(e) and str(e) != "timed out" else ""
+        raise KubeError(f"{what} timed out{after} ({type(e).__name__}{said})", timed_out=True) from e
     except httpx2.HTTPError as e:
         raise KubeError(f"{what} failed: {type(e).__name__}: {e}") from e
     except (MsgspecError, ValueError, TypeError, KeyError, RecursionError) as e:

@@ -24,12 +24,15 @@ Status; past its bound the read stops with `AnswerTooLarge`, which fails the cal
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import dataclasses
 import functools
 import mmap
 import re
+import socket
 import ssl
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from importlib import metadata
@@ -81,7 +84,21 @@ def check_lightkube(client: lightkube.Client) -> Any:
         missing.append("the connection pools' network backend (bounding a whole answer)")
     if missing:
         raise KubeError(f"this lightkube lacks what raw requests need: {', '.join(missing)}")
+    unbounded = unbounded_timeouts(getattr(generic, "_client", None))
+    if unbounded:
+        raise KubeError(f"the Kubernetes client has no {'/'.join(unbounded)} timeout: a request would wait on a"
+                        " silent server for as long as it stays silent (build it with api.client.make_client)")
     return generic
+
+
+def unbounded_timeouts(http: object) -> list[str]:
+    """The timeouts an httpx2 client lacks (None), of those every bound of a request rests on: connecting
+    (the TLS handshake too), each read and write, a connection from the pool; the whole answer's deadline is
+    BODY_TIMEOUTS read timeouts. A client built elsewhere than `make_client` may have none."""
+    timeout = getattr(http, "timeout", None)
+    if not isinstance(timeout, httpx2.Timeout):
+        return ["connect", "read", "write", "pool"]
+    return [name for name in ("connect", "read", "write", "pool") if getattr(timeout, name) is None]
 
 
 def bound_answers(http: object) -> bool:
@@ -404,7 +421,45 @@ class _BoundedStream(httpcore2.NetworkStream):
 
     def start_tls(self, ssl_context: ssl.SSLContext, server_hostname: str | None = None,
                   timeout: float | None = None) -> httpcore2.NetworkStream:
-        return _BoundedStream(self._inner.start_tls(ssl_context, server_hostname, timeout))
+        """The TLS handshake, whole, within the connect timeout and the deadline of the request in progress.
+
+        Each read of a handshake is bounded by the timeout; the handshake as a whole is by CPython on a plain
+        socket, not through a TLS proxy (httpcore's TLS-in-TLS reads record by record), and neither counts
+        the request's deadline. A timer shuts the socket down at the bound: a server or proxy that sends its
+        handshake a byte at a time stops there, and the request fails with the reason (ConnectTimeout)."""
+        try:
+            _, budget = _left(timeout)
+        except TimeoutError as e:
+            raise httpcore2.ConnectTimeout(f"the TLS handshake was not begun: {e}") from None
+        if budget is None:  # no bound at all (a client without timeouts is refused: check_lightkube)
+            return _BoundedStream(self._inner.start_tls(ssl_context, server_hostname, timeout))
+        late = f"the TLS handshake did not end within {budget:g}s"
+        raw = self._inner.get_extra_info("socket")
+        fired = threading.Event()
+
+        def abort() -> None:
+            fired.set()
+            if isinstance(raw, socket.socket):
+                with contextlib.suppress(OSError):
+                    socket.socket.shutdown(raw, socket.SHUT_RDWR)  # the fd's: under any TLS layer
+
+        timer = threading.Timer(budget, abort)
+        timer.daemon = True
+        timer.start()
+        try:
+            inner = self._inner.start_tls(ssl_context, server_hostname, budget)
+        except httpcore2.ConnectTimeout:
+            raise httpcore2.ConnectTimeout(late) from None
+        except (httpcore2.ConnectError, httpcore2.ReadError, httpcore2.WriteError, OSError):
+            if fired.is_set():
+                raise httpcore2.ConnectTimeout(late) from None
+            raise
+        finally:
+            timer.cancel()
+        if fired.is_set():  # ended as the timer fired: the socket may be shut down under it
+            inner.close()
+            raise httpcore2.ConnectTimeout(late)
+        return _BoundedStream(inner)
 
     def get_extra_info(self, info: str) -> Any:
         return self._inner.get_extra_info(info)

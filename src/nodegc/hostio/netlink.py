@@ -102,6 +102,37 @@ _DUMP_ATTEMPTS = 3
 DEFAULT_TIMEOUT = 10.0
 """Seconds any single receive may wait; a kernel that never answers fails the read instead of the scan."""
 
+DUMP_MAX_MESSAGES = 16384
+"""Links or addresses one dump accepts. A pod with CAP_NET_ADMIN can fill its namespace with addresses (or
+links) without end: each read item is kept until the dump ends, and the receive timeout bounds only the wait
+for each datagram, not the dump. Past the bound the dump fails (NetlinkError): that namespace's read fails
+with the reason, and what it would have shown is kept. A node's own namespace holds a link per pod."""
+DUMP_MAX_BYTES = 64 << 20
+"""Bytes of datagrams one dump reads, for the same reason (a few large messages instead of many)."""
+
+
+class _DumpBudget:
+    """What one dump has read so far, against its bounds."""
+
+    __slots__ = ("_bytes", "_max_bytes", "_max_messages", "_messages", "_what")
+
+    def __init__(self, what: str, max_messages: int, max_bytes: int) -> None:
+        self._what = what
+        self._max_messages, self._max_bytes = max_messages, max_bytes
+        self._messages = self._bytes = 0
+
+    def datagram(self, size: int) -> None:
+        self._bytes += size
+        if self._bytes > self._max_bytes:
+            raise NetlinkError(f"{self._what}: more than {self._max_bytes} bytes: not read to its end (a namespace"
+                               " filled past the bound)")
+
+    def message(self) -> None:
+        self._messages += 1
+        if self._messages > self._max_messages:
+            raise NetlinkError(f"{self._what}: more than {self._max_messages} messages: not read to its end (a"
+                               " namespace filled past the bound)")
+
 
 class NetlinkError(Exception):
     """The namespace could not be entered, the kernel refused, went quiet or sent something malformed.
@@ -211,17 +242,22 @@ def open_netns(target: Path | NetnsFile) -> int:
 class RtnlSocket:
     """A NETLINK_ROUTE socket bound to the namespace it was opened in; use as a context manager."""
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket.socket, *, max_dump_messages: int | None = None,
+                 max_dump_bytes: int | None = None) -> None:
         self._sock = sock
+        self._max_messages = DUMP_MAX_MESSAGES if max_dump_messages is None else max_dump_messages
+        self._max_bytes = DUMP_MAX_BYTES if max_dump_bytes is None else max_dump_bytes
         self._seq = itertools.count(1)
         self._buf = bytearray()
         """Allocated at the first receive and dropped at close: `open_many` hands out hundreds of sockets that
         are read one after the other, and their buffers then take turns in the same memory."""
 
     @classmethod
-    def open(cls, net_ns: Path | NetnsFile | None = None, *, timeout: float = DEFAULT_TIMEOUT) -> RtnlSocket:
+    def open(cls, net_ns: Path | NetnsFile | None = None, *, timeout: float = DEFAULT_TIMEOUT,
+             max_dump_messages: int | None = None, max_dump_bytes: int | None = None) -> RtnlSocket:
         """In the current namespace, or in the one the netns file `net_ns` names (never created; a
-        `NetnsFile` only when it is still what the scan recorded, see `open_netns`)."""
+        `NetnsFile` only when it is still what the scan recorded, see `open_netns`). A dump accepts at most
+        `max_dump_messages` items and `max_dump_bytes` (default DUMP_MAX_MESSAGES, DUMP_MAX_BYTES)."""
         _time_left(timeout, "netlink socket")
         sock = _socket_in(net_ns, timeout=timeout) if net_ns is not None else _new_socket()
         try:
@@ -230,7 +266,10 @@ class RtnlSocket:
         except OSError as e:
             sock.close()
             raise NetlinkError(f"cannot bind netlink socket: {e.strerror or e}") from e
-        return cls(sock)
+        return cls(sock, max_dump_messages=max_dump_messages, max_dump_bytes=max_dump_bytes)
+
+    def _budget(self, what: str) -> _DumpBudget:
+        return _DumpBudget(what, self._max_messages, self._max_bytes)
 
     def close(self) -> None:
         self._sock.close()
@@ -356,11 +395,13 @@ class RtnlSocket:
         seq = next(self._seq)
         self._send(_message(RTM_GETADDR, NLM_F_REQUEST | NLM_F_DUMP, seq, _IFADDRMSG.pack(0, 0, 0, 0, 0)))
         out: list[tuple[int, str]] = []
+        budget = self._budget("address dump")
         while True:
             size = self._recv()
+            budget.datagram(size)
             buf = self._buf
             for mtype, _flags, mseq, start, end in _messages(buf, size):
-                if mseq == seq and self._address_message(buf, mtype, start, end, out):
+                if mseq == seq and self._address_message(buf, mtype, start, end, out, budget=budget):
                     return out
 
     def strict(self) -> bool:
@@ -389,8 +430,10 @@ class RtnlSocket:
         looked_up = False
         out: list[tuple[int, str]] = []
         done = False
+        budget = self._budget("address dump")
         while not (done and looked_up):
             size = self._recv()
+            budget.datagram(size)
             buf = self._buf
             for mtype, _flags, mseq, start, end in _messages(buf, size):
                 if mseq == link_seq and not looked_up:
@@ -400,7 +443,7 @@ class RtnlSocket:
                     elif mtype == RTM_NEWLINK:
                         skip, looked_up = _loopback_index(buf, start, end), True
                 elif mseq == addr_seq and not done:
-                    done = self._address_message(buf, mtype, start, end, out)
+                    done = self._address_message(buf, mtype, start, end, out, budget=budget)
         return [(index, address) for index, address in out if index != skip]
 
     def peer_addresses_off_loopback(self, netnsids: Sequence[int]) -> list[list[tuple[int, str]]]:
@@ -443,21 +486,25 @@ class RtnlSocket:
         body = _IFADDRMSG.pack(0, 0, 0, 0, 0) + _nla(IFA_TARGET_NETNSID, target)
         self._send(_message(RTM_GETADDR, NLM_F_REQUEST | NLM_F_DUMP, seq, body))
         out: list[tuple[int, str]] = []
+        budget = self._budget(f"address dump of netnsid {netnsid}")
         while True:
             size = self._recv()
+            budget.datagram(size)
             buf = self._buf
             for mtype, _flags, mseq, start, end in _messages(buf, size):
-                if mseq == seq and self._address_message(buf, mtype, start, end, out, target=target):
+                if mseq == seq and self._address_message(buf, mtype, start, end, out, target=target,
+                                                         budget=budget):
                     return out
 
     def _address_message(self, buf: bytearray, mtype: int, start: int, end: int,
-                         out: list[tuple[int, str]], *, target: bytes = b"") -> bool:
+                         out: list[tuple[int, str]], *, target: bytes = b"", budget: _DumpBudget) -> bool:
         """One message of an address dump into `out`; True at its end. `target`: the IFA_TARGET_NETNSID
-        payload every address must carry (none when empty)."""
+        payload every address must carry (none when empty); `budget`: the dump's bounds."""
         if mtype in (NLMSG_DONE, NLMSG_ERROR):
             _raise_if_error(buf, start, end, "address dump")
             return mtype == NLMSG_DONE
         if mtype == RTM_NEWADDR:
+            budget.message()
             if end - start < _IFADDRMSG.size:
                 raise NetlinkError("truncated address message")
             family, _plen, _flags2, _scope, index = _IFADDRMSG.unpack_from(buf, start)
@@ -478,8 +525,10 @@ class RtnlSocket:
         links: list[RawLink] = []
         bad: list[str] = []
         interrupted = False
+        budget = self._budget("link dump")
         while True:
             size = self._recv()
+            budget.datagram(size)
             buf = self._buf
             for mtype, flags, mseq, start, end in _messages(buf, size):
                 if mseq != seq:
@@ -492,6 +541,7 @@ class RtnlSocket:
                 if mtype == NLMSG_ERROR:
                     _raise_if_error(buf, start, end, "link dump")
                 elif mtype == RTM_NEWLINK:
+                    budget.message()
                     try:
                         links.append(_parse_link(buf, start, end))
                     except NetlinkError as e:

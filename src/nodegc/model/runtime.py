@@ -42,6 +42,11 @@ class RuntimeContainer:
     created_at: datetime | None = None
 
 
+UNTOLD_PROCESS = "a process that cannot be told"
+"""The problem of a `shim` leftover without an id: a process whose command line could not be read in time. Any
+process may be a shim of any id, so while one cannot be told no leftover is judged."""
+
+
 @dataclass(frozen=True)
 class RuntimeLeftover:
     """Something of containerd's on the host that names a sandbox or container id: a sandbox state

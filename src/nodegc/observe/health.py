@@ -168,6 +168,13 @@ class Heartbeat:
         self._started: float | None = None
         self._finished: float | None = None
         self._not_ready: str | None = "no cycle finished yet"
+        self._notes: list[str] = []
+
+    def note(self, text: str) -> None:
+        """A standing condition the probes' reasons carry without failing them (a clean-up that cannot tell
+        what it would remove): the agent still does the rest of its work."""
+        with self._lock:
+            self._notes.append(text)
 
     def cycle_started(self) -> None:
         with self._lock:
@@ -199,6 +206,12 @@ class Heartbeat:
         return False, f"last cycle started {age:.0f}s ago (limit {self._window:.0f}s): the loop is stuck"
 
     def ready(self) -> tuple[bool, str]:
+        ok, reason = self._ready()
+        with self._lock:
+            notes = list(self._notes)
+        return ok, "; ".join([reason, *notes])
+
+    def _ready(self) -> tuple[bool, str]:
         with self._lock:
             now, finished, not_ready = self._clock(), self._finished, self._not_ready
         if finished is None:

@@ -121,6 +121,11 @@ class Metrics:
             "containerd shim processes whose id the runtime does not list, at the last scan (stopped only with"
             " --stop-orphan-shims).", registry=r)
         self.ready_gauge = Gauge("nodegc_ready", "1 while /readyz answers ok, else 0.", registry=r)
+        self.cgroup_view_gauge = Gauge(
+            "nodegc_cgroup_view_ok",
+            "1 when the cgroup hierarchies at --cgroup-root are the node's tree, 0 when they may be a cgroup"
+            " namespace's view (a container's cgroup is then 'cannot tell', the task bundle kept); absent when"
+            " cgroups are not touched.", registry=r)
         self.range_capacity = Gauge("nodegc_ip_range_capacity",
                                     "Addresses host-local can hand out in the range set (the gateway excluded).",
                                     RANGE_LABELS, registry=r)
@@ -241,6 +246,9 @@ class Metrics:
                     with contextlib.suppress(KeyError):
                         gauge.remove(*key)
             self._range_keys = current
+
+    def cgroup_view(self, ok: bool) -> None:
+        self.cgroup_view_gauge.set(1 if ok else 0)
 
     def readiness(self, check: Callable[[], tuple[bool, str]]) -> None:
         """Export the readiness check as `nodegc_ready`, evaluated at each scrape."""

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from nodegc.model.findings import Finding, FindingClass, Owner
 from nodegc.model.pods import OwnerState, Pod
 from nodegc.model.resources import Inventory, Kind, NetnsEntry, VethLink
-from nodegc.model.runtime import RuntimeLeftover, RuntimeSandbox, RuntimeView
+from nodegc.model.runtime import UNTOLD_PROCESS, RuntimeLeftover, RuntimeSandbox, RuntimeView
 from nodegc.planning.context import HOLDING, Context, short
 from nodegc.planning.owners import entry_key, netns_key, normalize_ip
 from nodegc.planning.phases import hostport_rule_id
@@ -325,6 +325,11 @@ class _Runtime:
         if missing:
             return (f"the runtime lists no sandbox for running pod {missing[0].namespace}/{missing[0].name}"
                     " (host network): its list is not the node's whole word")
+        untold = [left for left in self.view.leftovers
+                  if left.what == "shim" and not left.id and (left.problem or "").startswith(UNTOLD_PROCESS)]
+        if untold:
+            return (f"pid {untold[0].pid}'s command line could not be read in time ({len(untold)} such): any"
+                    " process may be a shim of any id, so which shims run cannot be told")
         ready = [sb.id for sb in self.view.sandboxes if sb.ready]
         if ready and not any(i in shims for i in ready):
             return (f"no shim of the {len(ready)} READY sandbox(es) the runtime lists is in the process table"

@@ -24,6 +24,7 @@ import os
 import re
 import select
 import signal
+import stat
 import time
 from collections.abc import Collection, Sequence
 from pathlib import Path
@@ -38,6 +39,7 @@ from nodegc.inventory.cri.leftovers import (
     expected_mount,
     is_container_id,
     load_json,
+    read_cmdline,
     read_small,
     read_spec,
     serves_socket,
@@ -292,8 +294,16 @@ def _remove_cgroups(cid: str, cgroups_path: str | None, *, mounts: Sequence[Moun
         stacks.setdefault(m.mount_point, []).append(m)
     points = sorted(p for p, stack in stacks.items() if (p == base or p.startswith(base + "/"))
                     and any(_hierarchy(m) for m in stack))
-    removed, busy, crossed = 0, [], []
+    if not points:
+        return Outcome.failed(f"cannot tell whether the container's cgroup is gone: no cgroup hierarchy is mounted"
+                              f" at {base} (--cgroup-root)")
+    removed, busy, crossed, blind = 0, [], [], []
     for point in points:
+        if not _holds(point, parts[0]) and not root_cgroup(point, top_of(stacks[point]).fs_type):
+            # A cgroup namespace's view (the agent's own /sys/fs/cgroup) or a subtree: the node's tree, where
+            # the container's cgroup would be, is not in sight, so its absence here says nothing.
+            blind.append(f"{point} is a cgroup namespace's view or a subtree without {parts[0]!r}")
+            continue
         target = os.path.join(point, *parts)
         # The walk stays on the hierarchy's file system: a mount on the way, at the cgroup, or stacked over the
         # hierarchy's mount point is another file system's directory, not this container's cgroup.
@@ -331,14 +341,73 @@ def _remove_cgroups(cid: str, cgroups_path: str | None, *, mounts: Sequence[Moun
                 os.close(fd)
     if crossed:
         return Outcome.failed(f"not touched further: a mount crossed on the container's cgroup path: {crossed[:3]}")
+    if blind:
+        return Outcome.failed(f"cannot tell whether the container's cgroup is gone: {blind[:3]}; mount the node's"
+                              " cgroup tree and point --cgroup-root at it")
     if busy:
         return Outcome.failed(f"not touched further: the container's cgroup is in use or cannot go: {busy[:3]}")
     return f"removed its empty cgroup in {removed} hierarchies" if removed else ""
 
 
 def _hierarchy(m: Mount) -> bool:
-    """A cgroup hierarchy mounted from its root (not a cgroup namespace's or a bind mount's subtree)."""
-    return m.fs_type in ("cgroup", "cgroup2") and m.root == "/"
+    """A cgroup hierarchy's mount. Its root field does not tell the node's tree from a namespace's view: a
+    cgroup namespace shows its own root as `/` and the node's root as `/..` components, so `root_cgroup`
+    asks the kernel's files instead."""
+    return m.fs_type in ("cgroup", "cgroup2") and (m.root == "/" or set(m.root.strip("/").split("/")) == {".."})
+
+
+_V2_NOT_ON_ROOT = ("cgroup.type", "cgroup.events", "cgroup.freeze")
+"""Files the kernel gives every cgroup v2 cgroup but the hierarchy's root (CFTYPE_NOT_ON_ROOT)."""
+_V1_ONLY_ON_ROOT = ("release_agent", "cgroup.sane_behavior")
+"""Files the kernel gives a cgroup v1 hierarchy's root cgroup only (CFTYPE_ONLY_ON_ROOT)."""
+
+
+def root_cgroup(point: str, fs_type: str) -> bool:
+    """Whether the directory at a hierarchy's mount point is the hierarchy's root cgroup, the node's whole
+    tree: not the root of a cgroup namespace (a pod's own /sys/fs/cgroup on cgroup v2) or a bind-mounted
+    subtree. A file that cannot be checked counts against it."""
+    def there(name: str) -> bool | None:
+        try:
+            os.lstat(os.path.join(point, name))
+        except FileNotFoundError:
+            return False
+        except OSError:
+            return None
+        return True
+    if fs_type == "cgroup2":
+        return all(there(name) is False for name in _V2_NOT_ON_ROOT)
+    if there("tasks") is False and there("cgroup.procs") is False:
+        return True  # no cgroup's files at all: nothing says this is a subtree
+    return any(there(name) is True for name in _V1_ONLY_ON_ROOT)
+
+
+def _holds(point: str, name: str) -> bool:
+    """The hierarchy shows the top of the container's cgroup path (`kubepods`, `kubepods.slice`, the kubelet's
+    --cgroup-root): a directory, not followed if a symlink."""
+    try:
+        return stat.S_ISDIR(os.lstat(os.path.join(point, name)).st_mode)
+    except OSError:
+        return False
+
+
+def cgroup_view_doubt(cgroup_root: Path, mounts: Sequence[Mount]) -> str | None:
+    """Why the cgroup hierarchies below `cgroup_root` may not be the node's (container cgroups are then
+    reported "cannot tell", never "already gone"); None: each is its hierarchy's root cgroup or shows the
+    kubelet's pod tree (`kubepods`, `kubepods.slice`)."""
+    base = os.path.realpath(os.fsdecode(cgroup_root))
+    stacks: dict[str, list[Mount]] = {}
+    for m in mounts:
+        stacks.setdefault(m.mount_point, []).append(m)
+    points = sorted(p for p, stack in stacks.items() if (p == base or p.startswith(base + "/"))
+                    and _hierarchy(top_of(stack)))
+    if not points:
+        return f"no cgroup hierarchy is mounted at {base}"
+    blind = [p for p in points if not root_cgroup(p, top_of(stacks[p]).fs_type)
+             and not any(_holds(p, name) for name in ("kubepods", "kubepods.slice"))]
+    if blind:
+        return (f"{', '.join(blind[:3])}: a cgroup namespace's view or a subtree, not the node's cgroup tree"
+                " (no kubepods in it)")
+    return None
 
 
 def _identity_doubt(left: RuntimeLeftover, proc_root: Path) -> str | None:
@@ -417,11 +486,10 @@ def _container_of(proc_root: Path, pid: int) -> str | None:
 
 
 def _command(proc_root: Path, pid: int) -> str:
-    try:
-        with open(proc_root / str(pid) / "cmdline", "rb") as f:
-            argv0 = f.read(4096).split(b"\0", 1)[0]
-    except OSError:
+    raw = read_cmdline(proc_root, pid, 4096)  # within STAT_WAIT seconds: a process can lock its memory map
+    if raw is None:
         return "?"
+    argv0 = raw.split(b"\0", 1)[0]
     return os.path.basename(argv0).decode("utf-8", "replace") or "?"
 
 

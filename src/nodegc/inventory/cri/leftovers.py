@@ -17,6 +17,7 @@ import os
 import re
 import stat
 import threading
+import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -24,7 +25,7 @@ from typing import Any, TypeVar
 from nodegc.hostio.libc import stat_in_root
 from nodegc.hostio.mountinfo import MountIndex, top_of
 from nodegc.model.resources import Kind, Mount, ReadProblem
-from nodegc.model.runtime import RuntimeLeftover
+from nodegc.model.runtime import UNTOLD_PROCESS, RuntimeLeftover
 
 _ID = re.compile(r"[0-9a-f]{64}")
 CRI_DIR = "io.containerd.grpc.v1.cri"
@@ -233,12 +234,30 @@ def start_ticks(proc_root: Path, pid: int) -> int | None:
 
 def shim_args(proc_root: Path, pid: int) -> tuple[str | None, str | None, bool] | None:
     """(-id, -address, whether it runs the `delete` action) of a containerd-shim-runc-v2 process of the
-    CRI's namespace; None when the pid is no such shim."""
+    CRI's namespace; None when the pid is no such shim, or its command line cannot be read (nor within
+    STAT_WAIT seconds: `read_cmdline`)."""
+    return _shim_args_of(read_cmdline(proc_root, pid))
+
+
+def read_cmdline(proc_root: Path, pid: int, limit: int = _MAX_CMDLINE) -> bytes | None:
+    """/proc/<pid>/cmdline's first `limit` bytes within STAT_WAIT seconds (None otherwise, or unreadable).
+    The kernel reads it from the process's memory under that process's mmap lock, which the process can hold
+    for ever (an mmap of a FUSE file that waits on a read nobody answers): see `_bounded`."""
+    return _bounded(("cmdline", f"{os.fspath(proc_root)}/{pid}"), lambda: _cmdline(proc_root, pid, limit))
+
+
+def _cmdline(proc_root: Path, pid: int, limit: int = _MAX_CMDLINE) -> bytes | None:
     try:
         with open(proc_root / str(pid) / "cmdline", "rb") as f:
-            argv = f.read(_MAX_CMDLINE).split(b"\0")
+            return f.read(limit)
     except OSError:
         return None
+
+
+def _shim_args_of(raw: bytes | None) -> tuple[str | None, str | None, bool] | None:
+    if raw is None:
+        return None
+    argv = raw.split(b"\0")
     if not argv or not argv[0].endswith(_SHIM.encode()):
         return None
     args = [a.decode("utf-8", "replace") for a in argv]
@@ -262,9 +281,15 @@ def _shims(proc_root: Path, socket: str | None) -> list[RuntimeLeftover]:
     want_file = socket_file(socket) if socket is not None else None
     served: dict[_ShimKey, bool] = _served[0]
     answers: dict[_ShimKey, bool] = {}
+    cmdlines, stalled = _cmdlines(proc_root, [int(e.name) for e in entries])
+    for pid in stalled:
+        # Any process may be a shim, of any id: while one cannot be told, no leftover is judged (planning).
+        found.append(RuntimeLeftover("shim", "", f"{proc_root}/{pid}", pid=pid, problem=(
+            f"{UNTOLD_PROCESS}: its command line could not be read within {STAT_WAIT:g}s (its memory map is"
+            " locked), so whether it is a shim, and of which id, cannot be told")))
     for e in entries:
         pid = int(e.name)
-        args = shim_args(proc_root, pid)
+        args = _shim_args_of(cmdlines.get(pid))
         if args is None:
             continue
         sid, address, _ = args
@@ -289,6 +314,61 @@ def _shims(proc_root: Path, socket: str | None) -> list[RuntimeLeftover]:
                                          mtime=started, address=address, problem=cleanup))
     _served[0] = answers  # the shims of this scan only
     return found
+
+
+def _cmdlines(proc_root: Path, pids: list[int]) -> tuple[dict[int, bytes | None], list[int]]:
+    """Each pid's command line (None: unreadable), read by one thread for the whole list rather than a thread
+    each (a node runs thousands of processes), and the pids not read. A read that has not returned after
+    STAT_WAIT seconds (see `read_cmdline`) leaves its thread behind, waiting under that pid's key (a later
+    scan does not read that pid again while it waits), and a new thread goes on with the next pid; once
+    _MAX_WAITING looks wait, the rest are not read either."""
+    results: dict[int, bytes | None] = {}
+    stalled: list[int] = []
+    root = os.fspath(proc_root)
+    with _waiting_lock:
+        for k in [k for k, t in _waiting.items() if not t.is_alive()]:
+            del _waiting[k]
+        waiting = {k[1] for k in _waiting if k[0] == "cmdline"}
+    todo: list[int] = []
+    for pid in pids:
+        (stalled if f"{root}/{pid}" in waiting else todo).append(pid)
+    while todo:
+        batch = todo
+        finished = threading.Event()
+        progress = {"done": 0, "at": time.monotonic(), "cancelled": 0}
+
+        def run(batch: list[int] = batch, finished: threading.Event = finished,
+                progress: dict[str, float] = progress) -> None:
+            for pid in batch:
+                raw = _cmdline(proc_root, pid)
+                if progress["cancelled"]:
+                    return  # given up on: the pids after it are another thread's
+                results[pid] = raw
+                progress["done"] += 1
+                progress["at"] = time.monotonic()
+            finished.set()
+
+        with _waiting_lock:
+            if len(_waiting) >= _MAX_WAITING:
+                stalled += batch
+                break
+            thread = threading.Thread(target=run, name="nodegc-cmdlines", daemon=True)
+        thread.start()
+        # Woken at the end, or to look how long the read in progress has taken (progress is counted
+        # without a lock: one writer, and a pid read twice after a give-up is only read twice).
+        while not finished.wait(max(STAT_WAIT - (time.monotonic() - progress["at"]), 0.0)):
+            if time.monotonic() - progress["at"] >= STAT_WAIT:
+                progress["cancelled"] = 1
+                break
+        done = int(progress["done"])
+        if finished.is_set() or done >= len(batch):
+            thread.join()
+            break
+        with _waiting_lock:  # its thread stays blocked in the kernel on that pid
+            _waiting[("cmdline", f"{root}/{batch[done]}")] = thread
+        stalled.append(batch[done])
+        todo = batch[done + 1:]
+    return results, sorted(stalled)
 
 
 _ShimKey = tuple[str, int, int | None, str | None, tuple[int, int] | None]
@@ -330,7 +410,8 @@ STAT_WAIT = 2.0
 agent's own). Any process may name itself a shim, with any address, and a file system that never answers may
 be on the way (an NFS volume whose server is gone, a FUSE mount nobody serves, in its mount namespace or a
 pod's volume in the agent's): the look would never return, nor would the scan (the pod directory scan never
-stats inside a volume, for the same reason)."""
+stats inside a volume, for the same reason). A read of a process's command line gets as long: the kernel
+takes the process's mmap lock for it, which the process can hold for ever."""
 _MAX_WAITING = 16
 """Looks still waiting past STAT_WAIT (their threads stay blocked in the kernel) before no more is tried."""
 _waiting: dict[tuple[str, str], threading.Thread] = {}
