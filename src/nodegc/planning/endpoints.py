@@ -33,12 +33,14 @@ class PodIndex:
 
     `known_namespaces=None` says the list covers every namespace; `unknown_namespaces` are excluded even
     then (a pod there could not be read). A (namespace, name) listed twice is ambiguous and proves nothing.
+    `uids` are every listed pod's: a targetRef whose uid is one of them names a pod that exists.
     """
 
     pods: Mapping[tuple[str, str], Pod]
     known_namespaces: frozenset[str] | None = None
     unknown_namespaces: frozenset[str] = frozenset()
     ambiguous: frozenset[tuple[str, str]] = field(default_factory=frozenset)
+    uids: frozenset[str] = field(default_factory=frozenset)
 
     @classmethod
     def build(
@@ -50,16 +52,19 @@ class PodIndex:
     ) -> PodIndex:
         by_key: dict[tuple[str, str], Pod] = {}
         twice: set[tuple[str, str]] = set()
+        uids: set[str] = set()
         for pod in pods:
             key = (pod.namespace, pod.name)
             if key in by_key:
                 twice.add(key)
             by_key[key] = pod
+            uids.add(pod.uid)
         return cls(
             pods=by_key,
             known_namespaces=None if known_namespaces is None else frozenset(known_namespaces),
             unknown_namespaces=frozenset(unknown_namespaces),
             ambiguous=frozenset(twice),
+            uids=frozenset(uids),
         )
 
     def covers(self, namespace: str) -> bool:
@@ -113,6 +118,10 @@ def staleness(
     if not pods.covers(namespace) or key in pods.ambiguous:
         return None
     pod = pods.pods.get(key)
+    if ref.uid and ref.uid in pods.uids and (pod is None or pod.uid != ref.uid):
+        # Identity is the uid: a listed pod holds it under another name or namespace than the ref's (a ref
+        # without a namespace is read in the slice's, which need not be its pod's). That pod exists.
+        return None
     if pod is None:
         return StaleReason.POD_MISSING, f"pod {namespace}/{ref.name} does not exist"
     if ref.uid and pod.uid != ref.uid:
