@@ -170,6 +170,12 @@ def addresses_not_held(addresses: Sequence[str], pod: Pod) -> bool:
     return True
 
 
+def served_on_node(addresses: Sequence[str], node_addresses: Collection[str]) -> bool:
+    """Whether an endpoint's address is one of the node addresses its pod serves on through a hostPort
+    (`node_addresses`, normalized): the pod's status does not show it, and it is the pod's all the same."""
+    return any((ip := _ip(a)) is not None and str(ip) in node_addresses for a in addresses)
+
+
 def _same_address(addresses: Sequence[str], pod: Pod) -> bool:
     held = {ip for ip in map(_ip, pod.pod_ips) if ip is not None}
     return any(_ip(a) in held for a in addresses)
