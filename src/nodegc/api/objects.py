@@ -290,7 +290,7 @@ def slice_from_object(obj: Mapping[str, Any]) -> Slice:
         resource_version=_slice_str(meta, "resourceVersion", label) or None,
         address_type=_shared(_slice_str(obj, "addressType", label)),
         endpoints=endpoints,
-        managed_by=_shared(managed_by) if isinstance(managed_by, str) else None,
+        managed_by=(_shared(managed_by) or managed_by) if isinstance(managed_by, str) else None,  # "" stays ""
         service_name=service if isinstance(service, str) and service else None,
         uid=_slice_str(meta, "uid", label) or None,
     )

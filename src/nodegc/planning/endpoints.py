@@ -96,7 +96,8 @@ def stale_in_slice(slice_: Slice, pods: PodIndex) -> tuple[StaleEndpoint, ...]:
         if verdict is None:
             continue
         reason, detail = verdict
-        removable = not slice_.controller_managed and (reason in _PROOF_FOR_ANY_MANAGER or not slice_.managed_by)
+        # Nobody manages a slice without the label; an empty one names no manager, which is no proof of none.
+        removable = not slice_.controller_managed and (reason in _PROOF_FOR_ANY_MANAGER or slice_.managed_by is None)
         action = StaleAction.REMOVE if removable else StaleAction.REPORT
         found.append(StaleEndpoint(
             slice_namespace=slice_.namespace, slice_name=slice_.name, index=index, endpoint=endpoint,
