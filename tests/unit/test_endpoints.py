@@ -125,7 +125,7 @@ def test_pod_listed_twice_is_ambiguous_and_kept() -> None:
 def test_target_namespace_defaults_to_the_slice_namespace() -> None:
     obj = raw_slice(endpoint("10.0.0.5", "a", namespace=None))
     assert stale_of(obj, pod("a")) == []
-    assert stale_of(obj, pod("a", namespace="elsewhere")) == [
+    assert stale_of(obj, pod("a", "uid-other", namespace="elsewhere")) == [
         (0, StaleReason.POD_MISSING, StaleAction.REMOVE)]
 
 

@@ -111,6 +111,31 @@ def pod_from_object(obj: Mapping[str, Any]) -> Pod:
     )
 
 
+def host_port_addresses(obj: Mapping[str, Any]) -> frozenset[str]:
+    """The node addresses (status.hostIPs, status.hostIP) a pod with a hostPort serves on, normalized; empty
+    for a pod without one. Lenient: a field it cannot read adds nothing (the caller keeps on what it finds)."""
+    spec = obj.get("spec")
+    status = obj.get("status")
+    if not isinstance(spec, Mapping) or not isinstance(status, Mapping):
+        return frozenset()
+    containers = [c for key in ("containers", "initContainers") if isinstance(spec.get(key), list)
+                  for c in spec[key] if isinstance(c, Mapping)]
+    if not any(isinstance(port, Mapping) and port.get("hostPort")
+               for c in containers if isinstance(c.get("ports"), list) for port in c["ports"]):
+        return frozenset()
+    entries = status.get("hostIPs")
+    raw = [e.get("ip") for e in entries if isinstance(e, Mapping)] if isinstance(entries, list) else []
+    raw.append(status.get("hostIP"))
+    found: set[str] = set()
+    for text in raw:
+        if isinstance(text, str):
+            try:
+                found.add(normalized_ip(text.strip()))
+            except ValueError:
+                continue
+    return frozenset(found)
+
+
 def _shared(value: str | None) -> str | None:
     """One string object for a value that thousands of kept objects repeat (a pod's namespace, node and phase;
     an endpoint's kind, namespace and node) or that the node's scan names too (a pod's UID: its directory's
@@ -265,7 +290,7 @@ def slice_from_object(obj: Mapping[str, Any]) -> Slice:
         resource_version=_slice_str(meta, "resourceVersion", label) or None,
         address_type=_shared(_slice_str(obj, "addressType", label)),
         endpoints=endpoints,
-        managed_by=_shared(managed_by) if isinstance(managed_by, str) else None,
+        managed_by=(_shared(managed_by) or managed_by) if isinstance(managed_by, str) else None,  # "" stays ""
         service_name=service if isinstance(service, str) and service else None,
         uid=_slice_str(meta, "uid", label) or None,
     )

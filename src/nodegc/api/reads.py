@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any, Generic, TypedDict, TypeVar
+from urllib.parse import quote
 
 import lightkube
 import msgspec
@@ -139,11 +140,21 @@ def get_live(client: lightkube.Client, resource: type[Any], *, namespace: str, n
 
     The API server's NotFound names the object (details.name); a 404 that does not (a path the server or a
     proxy in front of it does not serve, an HTML error page) says nothing about this object, and would read
-    as its absence: it raises (KubeError without a code)."""
+    as its absence: it raises (KubeError without a code).
+
+    The namespace and the name are each one segment of the path, escaped: a name taken from the node or from
+    another object (a sandbox's metadata, a cache entry's K8S_POD_NAME, a targetRef) is checked by nobody, and
+    `web#1`, `web?x` or `web/status` put there as they are ask about pod `web`. A name holding `/`, or `.` or
+    `..`, cannot be one segment (the API server splits its decoded path; the client normalizes dot segments),
+    and no object is called so (the API server refuses them as names): None without a request. An answer
+    about another object than the one asked for is no answer (KubeError)."""
+    if not _one_segment(namespace) or not _one_segment(name):
+        return None
     _, one = _decoders_of(shape)
+    segment_ns, segment = quote(namespace, safe=""), quote(name, safe="")
     try:
-        obj: dict[str, Any] = call(what, lambda: one.decode(RawReads(client).get(resource, namespace=namespace,
-                                                                                  name=name)))
+        obj: dict[str, Any] = call(what, lambda: one.decode(RawReads(client).get(resource, namespace=segment_ns,
+                                                                                  name=segment)))
     except KubeError as e:
         if not e.not_found:
             raise
@@ -151,7 +162,15 @@ def get_live(client: lightkube.Client, resource: type[Any], *, namespace: str, n
             return None
         raise KubeError(f"{what} failed: HTTP 404 that does not name {name}: not the API server's word that it "
                         "does not exist") from e.__cause__
+    meta = obj.get("metadata")
+    found = (meta.get("namespace"), meta.get("name")) if isinstance(meta, Mapping) else (None, None)
+    if found[1] != name or found[0] not in (None, namespace):
+        raise KubeError(f"{what} failed: the answer is about {found[0]}/{found[1]}, not {namespace}/{name}")
     return obj
+
+
+def _one_segment(name: str) -> bool:
+    return "/" not in name and name not in (".", "..")
 
 
 def _names(cause: BaseException | None, name: str) -> bool:

@@ -53,6 +53,7 @@ from nodegc.planning.phases import (
     Blind,
     PhasePolicy,
     Resource,
+    Scope,
     Transition,
     after_attempt,
     back_to_detect,
@@ -307,7 +308,7 @@ class Engine:
         self._judged(inventory, findings, report)
         items = self.ledger.items(active_only=True)
         transitions = refused(items, findings, _residue_identities(inventory, findings), now=now,
-                              blind=Blind(inventory.problems))
+                              blind=Blind(inventory.problems), scope=Scope.of(inventory))
         self._persist(transitions, now)
         restarted = sum(1 for t in transitions if not t.phase_changed)
         if restarted:
@@ -385,7 +386,7 @@ class Engine:
         blind = Blind(inventory.problems)
         items = self.ledger.items(active_only=True)
         transitions = reconcile(items, findings, _residue_identities(inventory, findings), now=now,
-                                policy=self.settings.phases, blind=blind)
+                                policy=self.settings.phases, blind=blind, scope=Scope.of(inventory))
         self._persist(transitions, now)
         marked: dict[str, int] = {}
         for t in transitions:
@@ -513,6 +514,7 @@ class Engine:
         current = resources(inventory)
         verified: list[tuple[Item, Resource]] = []
         blind = Blind(inventory.problems)
+        scope = Scope.of(inventory)
         fetched: dict[tuple[str, str], Pod | None] = {}
         """One live GET per owner pod this pass, not one per item: a sandbox has half a dozen items."""
         settled: list[Transition] = []
@@ -528,7 +530,8 @@ class Engine:
         for members in ordered:
             passed: list[tuple[Item, Resource]] = []
             for item in members:
-                if item.phase is Phase.TERMINATING and item.key not in current and not blind.hides(item):
+                if (item.phase is Phase.TERMINATING and item.key not in current and not blind.hides(item)
+                        and scope.outside(item) is None):
                     # A crash came after the side effect and before its record: the step is done.
                     settled.append(after_attempt(item, ok=True, changed=False, lazy=False, now=now,
                                                  detail=INTERRUPTED_STEP_GONE, policy=self.settings.phases))

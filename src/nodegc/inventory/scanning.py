@@ -90,6 +90,9 @@ def scan_node(
                                         problems=(*inventory.problems, *unread))
     if runtime is not None and runtime.reachable:
         inventory = _with_tasks(inventory, roots.proc_root)
+    inventory = dataclasses.replace(inventory, looked_in=looked_in(roots, options), unread=frozenset(
+        (Kind.SANDBOX, Kind.RUNTIME_LEFTOVER) if runtime is None
+        else (Kind.RUNTIME_LEFTOVER,) if options.runtime_state_dir is None else ()))
     if backend_problem is not None:
         found = tuple(dataclasses.replace(backend_problem, kind=k)
                       for k in (Kind.IPTABLES_CHAIN, Kind.HOSTPORT_RULE, Kind.FIREWALL_RULE))
@@ -113,6 +116,26 @@ def scan_node(
         problems=len(inventory.problems),
     )
     return inventory
+
+
+def looked_in(roots: Roots, options: ScanOptions) -> tuple[tuple[Kind, str], ...]:
+    """Where this scan reads the kinds whose resources are paths: an item of another place (left by a run with
+    other roots) was not looked for, and its absence from this scan says nothing (`planning.phases.Scope`)."""
+    pods = _spellings(roots.kubelet_root / "pods")
+    netns = [*_spellings(roots.netns_dir)]
+    if options.runtime_state_dir is not None:
+        netns += _spellings(options.runtime_state_dir)
+    return (*((k, d) for k in (Kind.POD_DIR, Kind.VOLUME_MOUNT) for d in pods),
+            *((Kind.CNI_CACHE, d) for d in _spellings(roots.cni_data_dir)),
+            *((Kind.NETNS, d) for d in dict.fromkeys(netns)),
+            *((Kind.POD_LOG_DIR, d) for d in _spellings(roots.pod_log_dir)))
+
+
+def _spellings(path: os.PathLike[str]) -> tuple[str, ...]:
+    """A configured directory as the readers may spell its entries: as given, normalized, and resolved."""
+    given = os.fsdecode(path)
+    return tuple(dict.fromkeys(d.rstrip("/") or "/" for d in (
+        given, os.path.normpath(given), os.path.normpath(os.path.abspath(given)), os.path.realpath(given))))
 
 
 def forget_remembered() -> None:

@@ -29,18 +29,19 @@ from lightkube.types import PatchType
 
 from nodegc import defaults
 from nodegc.api.errors import KubeError, call
-from nodegc.api.objects import POD_FIELDS, pod_from_object, slice_from_object
+from nodegc.api.objects import POD_FIELDS, host_port_addresses, pod_from_object, slice_from_object
 from nodegc.api.reads import CHUNK_SIZE, get_live, list_all
 from nodegc.api.streaming import Requests
 from nodegc.kube.cache import ClusterCache
 from nodegc.kube.events import EventRecorder, EventType, ObjectRef
-from nodegc.model.endpoints import Slice, StaleAction, StaleEndpoint
+from nodegc.model.endpoints import Slice, StaleAction, StaleEndpoint, StaleReason
 from nodegc.model.pods import Pod
 from nodegc.observe.logs import get_logger
 from nodegc.planning.endpoints import (
     PodIndex,
     find_stale,
     remaining_endpoints,
+    served_on_node,
     stale_in_slice,
     staleness,
 )
@@ -177,13 +178,15 @@ class EndpointSliceSweeper:
         return get_live(self._client, RawEndpointSlice, namespace=namespace, name=name,
                         what=f"getting endpointslice {namespace}/{name}")
 
-    def _live_pod(self, namespace: str, name: str) -> Pod | None:
+    def _live_pod(self, namespace: str, name: str) -> tuple[Pod, frozenset[str]] | None:
+        """The pod, and the node addresses it serves on through a hostPort (read from the whole object, which
+        the caches do not keep)."""
         obj = get_live(self._client, PodResource, namespace=namespace, name=name,
-                       what=f"getting pod {namespace}/{name}", shape=POD_FIELDS)
+                       what=f"getting pod {namespace}/{name}")
         if obj is None:
             return None
         try:
-            return pod_from_object(obj)
+            return pod_from_object(obj), host_port_addresses(obj)
         except ValueError as e:
             raise KubeError(f"pod {namespace}/{name} cannot be identified: {e}") from e
 
@@ -264,8 +267,9 @@ class EndpointSliceSweeper:
 
     def _reverify(self, slice_: Slice, candidates: Iterable[StaleEndpoint],
                   report: SweepReport) -> list[StaleEndpoint]:
-        """A live GET of each endpoint's pod: only what is still stale on fresh data is removed."""
-        seen: dict[tuple[str, str], Pod | None] = {}
+        """A live GET of each endpoint's pod: only what is still stale on fresh data is removed. An address its
+        status does not show but the node's that it serves on through a hostPort is the pod's: kept."""
+        seen: dict[tuple[str, str], tuple[Pod, frozenset[str]] | None] = {}
         confirmed: list[StaleEndpoint] = []
         for stale in candidates:
             ref = stale.endpoint.target_ref
@@ -274,10 +278,12 @@ class EndpointSliceSweeper:
             key = (ref.namespace or slice_.namespace, ref.name)
             if key not in seen:
                 seen[key] = self._live_pod(*key)
-            pod = seen[key]
-            fresh = PodIndex.build([pod] if pod is not None else [], known_namespaces={key[0]})
-            if staleness(stale.endpoint, slice_namespace=slice_.namespace, address_type=slice_.address_type,
-                         pods=fresh) is None:
+            live = seen[key]
+            fresh = PodIndex.build([live[0]] if live is not None else [], known_namespaces={key[0]})
+            verdict = staleness(stale.endpoint, slice_namespace=slice_.namespace, address_type=slice_.address_type,
+                                pods=fresh)
+            if verdict is None or (verdict[0] is StaleReason.ADDRESS_NOT_HELD and live is not None
+                                   and served_on_node(stale.endpoint.addresses, live[1])):
                 report.kept_on_reverify += 1
                 continue
             confirmed.append(stale)

@@ -259,3 +259,9 @@ class Inventory:
     net_ns: str | None = None
     """The network namespace file the node's links were read in (None: nodegc's own); the addresses of a
     namespace with an id there are read through it."""
+    looked_in: tuple[tuple[Kind, str], ...] = ()
+    """(kind, directory) for the kinds whose resources are paths: where this scan looked for them (each
+    directory spelt as configured, normalized and resolved). An item of such a kind whose path is in none of
+    them was not looked for. Empty: no such statement (every item counts as looked for)."""
+    unread: frozenset[Kind] = frozenset()
+    """Kinds this scan did not read at all (no runtime to ask: its sandboxes and leftovers)."""

@@ -33,12 +33,14 @@ class PodIndex:
 
     `known_namespaces=None` says the list covers every namespace; `unknown_namespaces` are excluded even
     then (a pod there could not be read). A (namespace, name) listed twice is ambiguous and proves nothing.
+    `uids` are every listed pod's: a targetRef whose uid is one of them names a pod that exists.
     """
 
     pods: Mapping[tuple[str, str], Pod]
     known_namespaces: frozenset[str] | None = None
     unknown_namespaces: frozenset[str] = frozenset()
     ambiguous: frozenset[tuple[str, str]] = field(default_factory=frozenset)
+    uids: frozenset[str] = field(default_factory=frozenset)
 
     @classmethod
     def build(
@@ -50,16 +52,19 @@ class PodIndex:
     ) -> PodIndex:
         by_key: dict[tuple[str, str], Pod] = {}
         twice: set[tuple[str, str]] = set()
+        uids: set[str] = set()
         for pod in pods:
             key = (pod.namespace, pod.name)
             if key in by_key:
                 twice.add(key)
             by_key[key] = pod
+            uids.add(pod.uid)
         return cls(
             pods=by_key,
             known_namespaces=None if known_namespaces is None else frozenset(known_namespaces),
             unknown_namespaces=frozenset(unknown_namespaces),
             ambiguous=frozenset(twice),
+            uids=frozenset(uids),
         )
 
     def covers(self, namespace: str) -> bool:
@@ -91,7 +96,8 @@ def stale_in_slice(slice_: Slice, pods: PodIndex) -> tuple[StaleEndpoint, ...]:
         if verdict is None:
             continue
         reason, detail = verdict
-        removable = not slice_.controller_managed and (reason in _PROOF_FOR_ANY_MANAGER or not slice_.managed_by)
+        # Nobody manages a slice without the label; an empty one names no manager, which is no proof of none.
+        removable = not slice_.controller_managed and (reason in _PROOF_FOR_ANY_MANAGER or slice_.managed_by is None)
         action = StaleAction.REMOVE if removable else StaleAction.REPORT
         found.append(StaleEndpoint(
             slice_namespace=slice_.namespace, slice_name=slice_.name, index=index, endpoint=endpoint,
@@ -113,6 +119,10 @@ def staleness(
     if not pods.covers(namespace) or key in pods.ambiguous:
         return None
     pod = pods.pods.get(key)
+    if ref.uid and ref.uid in pods.uids and (pod is None or pod.uid != ref.uid):
+        # Identity is the uid: a listed pod holds it under another name or namespace than the ref's (a ref
+        # without a namespace is read in the slice's, which need not be its pod's). That pod exists.
+        return None
     if pod is None:
         return StaleReason.POD_MISSING, f"pod {namespace}/{ref.name} does not exist"
     if ref.uid and pod.uid != ref.uid:
@@ -159,6 +169,12 @@ def addresses_not_held(addresses: Sequence[str], pod: Pod) -> bool:
         if not same_family or address in same_family:
             return False
     return True
+
+
+def served_on_node(addresses: Sequence[str], node_addresses: Collection[str]) -> bool:
+    """Whether an endpoint's address is one of the node addresses its pod serves on through a hostPort
+    (`node_addresses`, normalized): the pod's status does not show it, and it is the pod's all the same."""
+    return any((ip := _ip(a)) is not None and str(ip) in node_addresses for a in addresses)
 
 
 def _same_address(addresses: Sequence[str], pod: Pod) -> bool:

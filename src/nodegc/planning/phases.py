@@ -202,6 +202,36 @@ def _hides(problem: ReadProblem, item: Item) -> bool:
 _PER_FILE = frozenset({Kind.CNI_CACHE, Kind.IP_RESERVATION, Kind.NETNS, Kind.POD_DIR, Kind.POD_LOG_DIR})
 
 
+@dataclass(frozen=True)
+class Scope:
+    """Where a scan looked for the kinds whose item is a path, and the kinds it did not read (`Scope.of`).
+
+    An item of a path outside those directories (a restart with another kubelet root, netns, CNI data or pod
+    log directory) or of a kind not read (no runtime configured any more) was not looked for: a scan that does
+    not show it says nothing about it, neither that it went nor that a step of nodegc removed it."""
+
+    dirs: Mapping[Kind, tuple[str, ...]] = field(default_factory=dict)
+    """Kind -> the directories (each spelt as configured, normalized and resolved) its paths lie in."""
+    unread: frozenset[Kind] = frozenset()
+
+    @classmethod
+    def of(cls, inv: Inventory) -> Scope:
+        dirs: dict[Kind, tuple[str, ...]] = {}
+        for kind, directory in inv.looked_in:
+            dirs[kind] = (*dirs.get(kind, ()), directory)
+        return cls(dirs=dirs, unread=inv.unread)
+
+    def outside(self, item: Item) -> str | None:
+        """Why the scan did not look for `item`'s resource, or None (it did)."""
+        if item.kind in self.unread:
+            return f"this scan read no {item.kind.value} (no runtime answered)"
+        dirs = self.dirs.get(item.kind)
+        rid = item.resource_id
+        if not dirs or any(rid == d or rid.startswith(d.rstrip("/") + "/") for d in dirs):
+            return None
+        return f"{rid} is not under {dirs[0]}, where this scan looked"
+
+
 def reconcile(
     items: Mapping[str, Item],
     findings: Iterable[Finding],
@@ -210,9 +240,11 @@ def reconcile(
     now: float,
     policy: PhasePolicy,
     blind: Blind = Blind(),
+    scope: Scope = Scope(),
 ) -> list[Transition]:
     """Detect and mark: fold one scan into the items. An item the scan's read problems may hide is not
-    seen absent: its absence proves nothing and it is not closed."""
+    seen absent: its absence proves nothing and it is not closed; one the scan did not look for (`scope`) is
+    released, saying why."""
 
     def residue(f: Finding, item: Item | None, identity: Identity) -> Transition:
         if item is None or item.phase.final or item.identity != identity:
@@ -236,11 +268,12 @@ def reconcile(
         return Transition(dataclasses.replace(item, last_seen=now, orphan_count=item.orphan_count + 1),
                           item.phase, "still orphaned")
 
-    return _fold(items, findings, idents, now=now, blind=blind, residue=residue)
+    return _fold(items, findings, idents, now=now, blind=blind, scope=scope, residue=residue)
 
 
 def _fold(items: Mapping[str, Item], findings: Iterable[Finding], idents: Mapping[str, Identity], *, now: float,
-          blind: Blind, residue: Callable[[Finding, Item | None, Identity], Transition | None]) -> list[Transition]:
+          blind: Blind, scope: Scope, residue: Callable[[Finding, Item | None, Identity], Transition | None],
+          ) -> list[Transition]:
     """One scan folded into the items, by `reconcile` and `refused` alike: an item no longer residue is
     released, a residue finding's item goes where `residue(finding, item, identity)` says (None: nowhere),
     and an item whose resource the scan did not show is closed unless its read problems may hide it."""
@@ -259,7 +292,7 @@ def _fold(items: Mapping[str, Item], findings: Iterable[Finding], idents: Mappin
         t = residue(f, item, idents.get(key, ()))
         if t is not None:
             out.append(t)
-    out += _closed(items, seen, now=now, blind=blind)
+    out += _closed(items, seen, now=now, blind=blind, scope=scope)
     return out
 
 
@@ -268,11 +301,17 @@ def _released(item: Item, f: Finding, now: float) -> Transition:
                       item.phase, f"no longer residue: {f.cls.value}")
 
 
-def _closed(items: Mapping[str, Item], seen: set[str], *, now: float, blind: Blind) -> list[Transition]:
-    """The items whose resource the scan did not show, unless its read problems may hide it."""
+def _closed(items: Mapping[str, Item], seen: set[str], *, now: float, blind: Blind, scope: Scope) -> list[Transition]:
+    """The items whose resource the scan did not show, unless its read problems may hide it; those it did not
+    look for are released instead, not closed: whether their resource is gone is not known."""
     out: list[Transition] = []
     for key, item in items.items():
         if key in seen or item.phase.final or blind.hides(item):
+            continue
+        why = scope.outside(item)
+        if why is not None:
+            out.append(Transition(dataclasses.replace(item, phase=Phase.RELEASED), item.phase,
+                                  f"not looked for: {why}; whether it is gone is not known"))
             continue
         reason = {Phase.CLEANED: "confirmed absent after clean",
                   Phase.TERMINATING: INTERRUPTED_STEP_GONE}.get(item.phase, "gone before it was reclaimed")
@@ -290,6 +329,7 @@ def refused(
     *,
     now: float,
     blind: Blind = Blind(),
+    scope: Scope = Scope(),
 ) -> list[Transition]:
     """Fold a scan whose desired state could not be proven current for acting (`view_not_current`) in the
     one safe direction: away from reclaim. An item no longer residue is released, one whose resource is gone
@@ -308,7 +348,7 @@ def refused(
             return Transition(dataclasses.replace(item, orphan_count=0, last_seen=now), item.phase, STREAK_BROKEN)
         return None
 
-    return _fold(items, findings, idents, now=now, blind=blind, residue=residue)
+    return _fold(items, findings, idents, now=now, blind=blind, scope=scope, residue=residue)
 
 
 UNKNOWN_STREAK_BROKEN = "the desired state was unknown (unreadable or stale): its scans in a row start again"
