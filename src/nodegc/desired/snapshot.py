@@ -188,6 +188,7 @@ def _parse(content: bytes, *, digest: bytes, path: Path, node: str | None) -> _P
             pods.append(pod_from_object(obj))
         except ValueError as e:
             raise SourceError(f"{path}: pod #{index}: {e}") from e
+    pods = _once_each(pods, path)
     node = node if node is not None else _infer_node(pods, path)
     mine = tuple(pod for pod in pods if pod.node_name == node)
     if pods and not mine:
@@ -195,6 +196,20 @@ def _parse(content: bytes, *, digest: bytes, path: Path, node: str | None) -> _P
                           " list says nothing about this one; save this node's pods or pass the right --node")
     _refuse_filtered(mine, node, path)
     return _Parsed(digest=digest, node=node, pods=mine, newest=_newest_time(objects))
+
+
+def _once_each(pods: list[Pod], path: Path) -> list[Pod]:
+    """Each UID once. The same entry twice (overlapping lists joined) says nothing new; two different entries
+    under one UID are two photographs glued together, whose order would decide the pod's phase and name."""
+    first: dict[str, Pod] = {}
+    for pod in pods:
+        seen = first.setdefault(pod.uid, pod)
+        if seen != pod:
+            raise SourceError(
+                f"snapshot {path} lists pod UID {pod.uid} twice, as {seen.namespace}/{seen.name} ({seen.phase})"
+                f" and as {pod.namespace}/{pod.name} ({pod.phase}): a file joined from lists taken at different"
+                " times says nothing certain about that pod; save one list of the node's pods")
+    return list(first.values()) if len(first) < len(pods) else pods
 
 
 def _dated(parsed: _Parsed, *, path: Path, written: datetime, source: str, projected: bool) -> DesiredState:
