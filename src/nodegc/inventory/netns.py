@@ -9,7 +9,6 @@ and the inodes are the identity a later re-verify compares against.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import ipaddress
 import os
 import re
@@ -20,6 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from nodegc.hostio.netlink import NetlinkError, NetnsFile, NetnsFileChanged, RtnlSocket, open_many, open_netns
+from nodegc.model.memo import remembered
 from nodegc.model.resources import Kind, Mount, NetnsEntry, ReadProblem
 from nodegc.planning.owners import CRI_NETNS_SUBDIR
 
@@ -222,7 +222,7 @@ def _read_entry(
     return entry, problem
 
 
-@functools.lru_cache(maxsize=4096)
+@remembered(4096)
 def _odd_name(name: str) -> str | None:
     """Names `ip netns` and the runtimes never create; such a file is reported, not inventoried."""
     if name.startswith("."):
@@ -401,7 +401,7 @@ def _kept(addresses: list[tuple[int, str]]) -> tuple[str, ...]:
     return tuple(out)
 
 
-@functools.lru_cache(maxsize=8192)
+@remembered(8192)
 def _pod_address(raw: str) -> str | None:
     """The address as nodegc writes it, or None for a loopback, link-local or unparsable one. Remembered:
     a node's namespaces show the same addresses scan after scan."""

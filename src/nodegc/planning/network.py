@@ -6,7 +6,6 @@ the pod IPs it carries, and only as far as the evidence goes (everything else st
 
 from __future__ import annotations
 
-import functools
 import operator
 import re
 from collections import defaultdict
@@ -14,6 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from nodegc.model.findings import Finding, FindingClass, Owner
+from nodegc.model.memo import remembered
 from nodegc.model.pods import OwnerState, Pod
 from nodegc.model.resources import (
     CNICacheEntry,
@@ -928,7 +928,7 @@ def _chain_ips(inv: Inventory) -> dict[str, set[str]]:
     return found
 
 
-@functools.lru_cache(maxsize=16384)
+@remembered(16384)
 def rule_ips(text: str) -> tuple[str, ...]:
     """The host addresses a rule's -s, -d and --to-destination flags name (normalized), in order.
 

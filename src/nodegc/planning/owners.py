@@ -6,7 +6,6 @@ without status IPs, or two claimants never make a resource look free.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import sys
 from collections import defaultdict
@@ -16,6 +15,7 @@ from typing import NamedTuple
 
 from nodegc.model.addresses import normalized_ip
 from nodegc.model.findings import Owner
+from nodegc.model.memo import remembered
 from nodegc.model.pods import DesiredState, OwnerState, Pod
 from nodegc.model.resources import CNICacheEntry, NetnsEntry
 
@@ -29,7 +29,7 @@ def cni_chain_name(network: str, container_id: str, prefix: str = "") -> str:
     return head + digest[: _CHAIN_NAME_MAX - len(head)]
 
 
-@functools.lru_cache(maxsize=65536)
+@remembered(65536)
 def normalize_ip(text: str) -> str | None:
     try:
         return normalized_ip(text.split("/", 1)[0])
@@ -41,7 +41,7 @@ CRI_NETNS_SUBDIR = "io.containerd.grpc.v1.cri/netns"
 """Where containerd keeps netns files under its state dir (`netns_mounts_under_state_dir = true`)."""
 
 
-@functools.lru_cache(maxsize=16384)
+@remembered(16384)
 def netns_key(path: str | None) -> str | None:
     """Runtimes name the same namespace as /var/run/netns/x or /run/netns/x; the file name is the key.
     A file of containerd's state dir (`<state>/io.containerd.grpc.v1.cri/netns/x`) keys as
