@@ -127,7 +127,7 @@ def _volume(scan: _Scan, *, uid: str, plugin: str, name: str, path: str, subpath
     return VolumeDir(
         pod_uid=uid,
         plugin=plugin,
-        name=name,
+        name=sys.intern(name),  # a volume name that every pod of a workload repeats
         path=sys.intern(path),  # its mount's mount point, the same string
         mount_id=mount.mount_id if mount else None,
         fs_type=mount.fs_type if mount else None,
