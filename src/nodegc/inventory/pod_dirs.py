@@ -247,7 +247,7 @@ and an overlay's lower layers can change under it; on any other filesystem every
 _NO_OWNER = "\0"  # a watch descriptor this watcher did not make
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # one per pod directory, held between scans
 class _Remembered:
     inode: int
     pod: PodDir
