@@ -168,7 +168,9 @@ def _points_below(mounts: Sequence[Mount], configured: str, resolved: str) -> _P
             point = os.path.join(configured, os.path.basename(point))
         if os.path.dirname(point) != configured:
             continue
-        (nsfs if m.fs_type == NSFS else other).add(point)
+        # Interned: the mount point's own string (the table's are) and the entry's path, not a third copy
+        # of every namespace's path kept from one scan to the next.
+        (nsfs if m.fs_type == NSFS else other).add(sys.intern(point))
     return frozenset(nsfs), frozenset(other)
 
 
