@@ -154,7 +154,10 @@ def _network(ctx: Context, previous: NetworkPass | None, again: _Again | None, o
         if clock is not None:
             clock.merge(once.part)
         ids |= previous.once
-    return NetworkPass(reservations, dict(ctx.reservations_by_cid), tuple(ctx.findings[start:]),
+    # Each container's list copied to its own length (one reservation, where append left room for four):
+    # the pass is kept from one scan to the next.
+    by_cid = {cid: found.copy() for cid, found in ctx.reservations_by_cid.items()}
+    return NetworkPass(reservations, by_cid, tuple(ctx.findings[start:]),
                        network_ips=dict(ctx.network_ips), chain_ips=dict(ctx.chain_ips), netns=ctx.inv.netns,
                        netns_by_key=ctx.netns_by_key, netns_unreadable=ctx.netns_unreadable,
                        netns_class=dict(ctx.netns_class), cache_findings=cache_findings,

@@ -11,7 +11,7 @@ import sys
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 from nodegc.model.addresses import normalized_ip
 from nodegc.model.findings import Owner
@@ -20,6 +20,8 @@ from nodegc.model.pods import DesiredState, OwnerState, Pod
 from nodegc.model.resources import CNICacheEntry, NetnsEntry
 
 _CHAIN_NAME_MAX = 28
+K = TypeVar("K")
+V = TypeVar("V")
 
 
 def cni_chain_name(network: str, container_id: str, prefix: str = "") -> str:
@@ -109,6 +111,9 @@ class PodIndex:
                 index.unsettled.append(pod)
             for ip in ips:
                 index.claims[ip].append(pod)
+        _right_sized(index.by_name)
+        _right_sized(index.claims)
+        _right_sized(index.terminal_claims)
         return index
 
     resolved: dict[str, Resolution] = field(default_factory=dict, repr=False, compare=False)
@@ -159,7 +164,18 @@ class CacheIndex:
             if entry.pod_uid:
                 index.by_uid[entry.pod_uid].append(entry)
             index.networks[entry.network] += 1
+        _right_sized(index.by_container)
+        _right_sized(index.by_netns)
+        _right_sized(index.by_uid)
         return index
+
+
+def _right_sized(index: dict[K, list[V]]) -> None:
+    """Each list of the index replaced by a copy of its own length: a list grown by append keeps room for
+    four, and an index holds one list of one item per pod or per cache entry, kept from one scan to the
+    next (`planning.context.Earlier`): 104 bytes each, 80 as copied (at 1,000 pods 5,000 of them)."""
+    for key, items in index.items():
+        index[key] = items.copy()
 
 
 def resolve_cache_owner(entry: CNICacheEntry, pods: PodIndex) -> Resolution:
