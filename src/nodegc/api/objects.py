@@ -101,7 +101,7 @@ def pod_from_object(obj: Mapping[str, Any]) -> Pod:
     return Pod(
         uid=_shared(uid) or uid,
         namespace=_shared(namespace) or namespace,
-        name=name,
+        name=_shared(name) or name,  # the name its cache entry's CNI args intern
         node_name=_shared(_opt_str(spec, "spec.nodeName")),
         phase=_shared(_opt_str(status, "status.phase")),
         pod_ips=_pod_ips(status, label),
@@ -139,7 +139,8 @@ def host_port_addresses(obj: Mapping[str, Any]) -> frozenset[str]:
 def _shared(value: str | None) -> str | None:
     """One string object for a value that thousands of kept objects repeat (a pod's namespace, node and phase;
     an endpoint's kind, namespace and node) or that the node's scan names too (a pod's UID: its directory's
-    name), kept as long as the object is; None for an empty or absent one. Equal either way."""
+    name; its name: its cache entry's CNI args), kept as long as the object is; None for an empty or absent
+    one. Equal either way."""
     if not value:
         return None
     return sys.intern(value) if type(value) is str else value

@@ -41,7 +41,7 @@ def decode_mountinfo_field(s: str) -> str:
     return os.fsdecode(_OCTAL_ESCAPE.sub(_byte, raw))
 
 
-def _parse_line(line: str, shared: dict[str, str] | None = None) -> Mount:
+def _parse_line(line: str, shared: dict[str, str] | None = None, parents: dict[int, int] | None = None) -> Mount:
     # Split on single spaces only: an empty source is printed as an empty field and must keep its place.
     fields = line.split(" ")
     if len(fields) < _FIELDS_BEFORE_OPTIONAL + 3:
@@ -71,6 +71,9 @@ def _parse_line(line: str, shared: dict[str, str] | None = None) -> Mount:
         device, root = shared.setdefault(device, device), shared.setdefault(root, root)
         options, fs_type = shared.setdefault(options, options), shared.setdefault(fs_type, fs_type)
         source = shared.setdefault(source, source)
+    if parents is not None:
+        # A pod's volumes and the node's namespaces are mounted under a few parents: one int object each.
+        parent_id = parents.setdefault(parent_id, parent_id)
     return Mount(
         mount_id=mount_id,
         parent_id=parent_id,
@@ -88,11 +91,12 @@ def parse_mountinfo(text: str) -> tuple[tuple[Mount, ...], tuple[str, ...]]:
     mounts: list[Mount] = []
     reasons: list[str] = []
     shared: dict[str, str] = {}
+    parents: dict[int, int] = {}
     for number, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
             continue
         try:
-            mounts.append(_parse_line(line, shared))
+            mounts.append(_parse_line(line, shared, parents))
         except ValueError as e:
             reasons.append(f"line {number}: {e}")
     return tuple(mounts), tuple(reasons)

@@ -79,7 +79,7 @@ def _scan_network(net: os.DirEntry[str], problems: list[ReadProblem]) -> list[IP
             inode=small.inode,
             mtime=small.mtime,
             container_id=None if container_id is None else sys.intern(container_id),  # the id other records name
-            ifname=ifname,
+            ifname=None if ifname is None else sys.intern(ifname),  # a node's few interface names
             legacy_format=legacy,
         )
         _PARSED.put(entry.path, small, reservation)

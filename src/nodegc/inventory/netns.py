@@ -9,7 +9,6 @@ and the inodes are the identity a later re-verify compares against.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import ipaddress
 import os
 import re
@@ -20,6 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from nodegc.hostio.netlink import NetlinkError, NetnsFile, NetnsFileChanged, RtnlSocket, open_many, open_netns
+from nodegc.model.memo import remembered
 from nodegc.model.resources import Kind, Mount, NetnsEntry, ReadProblem
 from nodegc.planning.owners import CRI_NETNS_SUBDIR
 
@@ -168,7 +168,9 @@ def _points_below(mounts: Sequence[Mount], configured: str, resolved: str) -> _P
             point = os.path.join(configured, os.path.basename(point))
         if os.path.dirname(point) != configured:
             continue
-        (nsfs if m.fs_type == NSFS else other).add(point)
+        # Interned: the mount point's own string (the table's are) and the entry's path, not a third copy
+        # of every namespace's path kept from one scan to the next.
+        (nsfs if m.fs_type == NSFS else other).add(sys.intern(point))
     return frozenset(nsfs), frozenset(other)
 
 
@@ -222,7 +224,7 @@ def _read_entry(
     return entry, problem
 
 
-@functools.lru_cache(maxsize=4096)
+@remembered(4096)
 def _odd_name(name: str) -> str | None:
     """Names `ip netns` and the runtimes never create; such a file is reported, not inventoried."""
     if name.startswith("."):
@@ -401,7 +403,7 @@ def _kept(addresses: list[tuple[int, str]]) -> tuple[str, ...]:
     return tuple(out)
 
 
-@functools.lru_cache(maxsize=8192)
+@remembered(8192)
 def _pod_address(raw: str) -> str | None:
     """The address as nodegc writes it, or None for a loopback, link-local or unparsable one. Remembered:
     a node's namespaces show the same addresses scan after scan."""

@@ -127,7 +127,7 @@ def _volume(scan: _Scan, *, uid: str, plugin: str, name: str, path: str, subpath
     return VolumeDir(
         pod_uid=uid,
         plugin=plugin,
-        name=name,
+        name=sys.intern(name),  # a volume name that every pod of a workload repeats
         path=sys.intern(path),  # its mount's mount point, the same string
         mount_id=mount.mount_id if mount else None,
         fs_type=mount.fs_type if mount else None,
@@ -247,7 +247,7 @@ and an overlay's lower layers can change under it; on any other filesystem every
 _NO_OWNER = "\0"  # a watch descriptor this watcher did not make
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # one per pod directory, held between scans
 class _Remembered:
     inode: int
     pod: PodDir
@@ -426,7 +426,10 @@ class PodDirWatcher:
                 pods.append(pod)
                 continue
             self._walks.pop(entry.name, None)
-            owner[0], unwatched[0] = entry.name, False
+            # The UID as the pod directory's record holds it (interned): the watches and the walks are
+            # kept by it between scans, and the listing's own string would be one more copy of each.
+            owner_name = sys.intern(entry.name)
+            owner[0], unwatched[0] = owner_name, False
             before = len(scan.problems)
             pod = _pod(scan, entry)
             owner[0] = None
@@ -439,7 +442,7 @@ class PodDirWatcher:
                     inode = entry.inode()
                 except OSError:
                     continue
-                self._walks[entry.name] = _Remembered(inode, pod, mounts)
+                self._walks[owner_name] = _Remembered(inode, pod, mounts)
         for gone in set(self._walks) - listed:
             del self._walks[gone]
         scan.watch = None

@@ -232,8 +232,8 @@ class Context:
     netns_class: dict[str, Finding] = field(default_factory=dict)
     network_ips: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
     """Reserved IPs of each CNI network."""
-    chain_ips: dict[str, set[str]] = field(default_factory=dict)
-    """Pod IPs the CNI rules of each container id name."""
+    chain_ips: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """Pod IPs the CNI rules of each container id name (sorted, each once)."""
     backed_networks: dict[str, bool] = field(default_factory=dict)
     """Whether a live pod's status IP is reserved in each network, once asked (network_ips is complete then)."""
 

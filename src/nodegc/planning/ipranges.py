@@ -15,7 +15,6 @@ against is Prometheus' predict_linear on the reserved count (least squares over 
 
 from __future__ import annotations
 
-import functools
 import ipaddress
 import math
 from collections import deque
@@ -25,6 +24,7 @@ from typing import Any
 
 from nodegc.model.findings import Finding, FindingClass
 from nodegc.model.ipranges import HostLocalRange, RangeForecast, RangeStatus, RangeUsage
+from nodegc.model.memo import remembered
 from nodegc.model.resources import Inventory, Kind
 
 UNKNOWN_RANGE = "unknown"
@@ -88,7 +88,7 @@ def _range_of(ip: str, candidates: Iterable[tuple[str, list[_Bounds]]]) -> str:
     return UNKNOWN_RANGE
 
 
-@functools.lru_cache(maxsize=65536)
+@remembered(65536)
 def _as_int(ip: str) -> tuple[int, int]:
     """(version, integer) of an address, remembered: a node's addresses come back every scan."""
     addr = ipaddress.ip_address(ip)

@@ -6,20 +6,22 @@ without status IPs, or two claimants never make a resource look free.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import sys
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 from nodegc.model.addresses import normalized_ip
 from nodegc.model.findings import Owner
+from nodegc.model.memo import remembered
 from nodegc.model.pods import DesiredState, OwnerState, Pod
 from nodegc.model.resources import CNICacheEntry, NetnsEntry
 
 _CHAIN_NAME_MAX = 28
+K = TypeVar("K")
+V = TypeVar("V")
 
 
 def cni_chain_name(network: str, container_id: str, prefix: str = "") -> str:
@@ -29,7 +31,7 @@ def cni_chain_name(network: str, container_id: str, prefix: str = "") -> str:
     return head + digest[: _CHAIN_NAME_MAX - len(head)]
 
 
-@functools.lru_cache(maxsize=65536)
+@remembered(65536)
 def normalize_ip(text: str) -> str | None:
     try:
         return normalized_ip(text.split("/", 1)[0])
@@ -41,7 +43,7 @@ CRI_NETNS_SUBDIR = "io.containerd.grpc.v1.cri/netns"
 """Where containerd keeps netns files under its state dir (`netns_mounts_under_state_dir = true`)."""
 
 
-@functools.lru_cache(maxsize=16384)
+@remembered(16384)
 def netns_key(path: str | None) -> str | None:
     """Runtimes name the same namespace as /var/run/netns/x or /run/netns/x; the file name is the key.
     A file of containerd's state dir (`<state>/io.containerd.grpc.v1.cri/netns/x`) keys as
@@ -109,6 +111,9 @@ class PodIndex:
                 index.unsettled.append(pod)
             for ip in ips:
                 index.claims[ip].append(pod)
+        _right_sized(index.by_name)
+        _right_sized(index.claims)
+        _right_sized(index.terminal_claims)
         return index
 
     resolved: dict[str, Resolution] = field(default_factory=dict, repr=False, compare=False)
@@ -159,7 +164,18 @@ class CacheIndex:
             if entry.pod_uid:
                 index.by_uid[entry.pod_uid].append(entry)
             index.networks[entry.network] += 1
+        _right_sized(index.by_container)
+        _right_sized(index.by_netns)
+        _right_sized(index.by_uid)
         return index
+
+
+def _right_sized(index: dict[K, list[V]]) -> None:
+    """Each list of the index replaced by a copy of its own length: a list grown by append keeps room for
+    four, and an index holds one list of one item per pod or per cache entry, kept from one scan to the
+    next (`planning.context.Earlier`): 104 bytes each, 80 as copied (at 1,000 pods 5,000 of them)."""
+    for key, items in index.items():
+        index[key] = items.copy()
 
 
 def resolve_cache_owner(entry: CNICacheEntry, pods: PodIndex) -> Resolution:
