@@ -98,6 +98,14 @@ ROWS: tuple[tuple[str, tuple[Panel, ...]], ...] = (
               "Resources kept because they are younger than the minimum age or may belong to a pod still "
               "starting (the creation race). Not a refusal.",
               (Target(f"sum by (node, kind) (nodegc_protected_resources{{{AGENT}}})", "{{node}} {{kind}}"),)),
+        Panel("Read problems by cause",
+              "What the last scan could not read, by node, kind and cause; what each hides is kept unjudged. "
+              "dump_bound: a network namespace filled past the netlink dump bound (kept unread); untold_process:"
+              " a process whose command line could not be read in time (its memory map held locked), so no "
+              "runtime leftover is judged. A pod can hold either on purpose: the agent's log names the "
+              "namespace or the pid (`read problem`, with its cause).",
+              (Target(f"sum by (node, kind, cause) (nodegc_scan_read_problems{{{AGENT}}})",
+                      "{{node}} {{kind}} {{cause}}"),)),
     )),
     ("Agent health", (
         Panel("Scan duration (p95)",

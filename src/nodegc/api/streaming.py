@@ -28,6 +28,7 @@ import contextlib
 import contextvars
 import dataclasses
 import functools
+import ipaddress
 import mmap
 import re
 import socket
@@ -465,6 +466,56 @@ class _BoundedStream(httpcore2.NetworkStream):
         return self._inner.get_extra_info(info)
 
 
+RESOLVE_WAITING = 16
+"""Resolutions still waiting past their caller's budget (their threads stay blocked in the C library) before
+no other name is resolved: a call then fails at once, naming the names that wait."""
+_resolving: dict[tuple[str, int], tuple[threading.Thread, list[list[str] | BaseException]]] = {}
+_resolving_lock = threading.Lock()
+
+
+def _resolve(host: str, port: int, budget: float) -> list[str]:
+    """`host`'s addresses for TCP, in getaddrinfo's order, within `budget` seconds: ConnectTimeout past it,
+    ConnectError when the name cannot be resolved. An address is its own answer, without a thread. A
+    resolution that outlasts its caller is left to end in its thread, and a later call for the same name and
+    port waits on it rather than start another, so a resolver that never answers holds one thread a name."""
+    with contextlib.suppress(ValueError):
+        return [str(ipaddress.ip_address(host))]
+    key = (host, port)
+    with _resolving_lock:
+        entry = _resolving.get(key)
+        if entry is None:
+            if len(_resolving) >= RESOLVE_WAITING:
+                raise httpcore2.ConnectTimeout(
+                    f"resolving {host!r} was not begun: {len(_resolving)} resolutions still wait"
+                    f" ({', '.join(sorted(h for h, _ in _resolving)[:3])}...)")
+            got: list[list[str] | BaseException] = []
+
+            def run() -> None:
+                try:
+                    infos = socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)
+                    got.append(list(dict.fromkeys(str(info[4][0]) for info in infos)))
+                except BaseException as e:  # handed to whoever waits
+                    got.append(e)
+                finally:
+                    with _resolving_lock:
+                        if _resolving.get(key, (None,))[0] is threading.current_thread():
+                            del _resolving[key]
+
+            thread = threading.Thread(target=run, name="nodegc-resolve", daemon=True)
+            entry = _resolving[key] = (thread, got)
+            thread.start()
+    thread, got = entry
+    thread.join(budget)
+    if not got:
+        raise httpcore2.ConnectTimeout(f"resolving {host!r} did not end within {budget:g}s")
+    answer = got[0]
+    if isinstance(answer, BaseException):
+        raise httpcore2.ConnectError(f"cannot resolve {host!r}: {answer}")
+    if not answer:
+        raise httpcore2.ConnectError(f"cannot resolve {host!r}: no address")
+    return answer
+
+
 class _BoundedBackend(httpcore2.NetworkBackend):
     """A pool's network backend whose connections are `_BoundedStream`s."""
 
@@ -473,7 +524,43 @@ class _BoundedBackend(httpcore2.NetworkBackend):
 
     def connect_tcp(self, host: str, port: int, timeout: float | None = None, local_address: str | None = None,
                     socket_options: Iterable[Any] | None = None) -> httpcore2.NetworkStream:
-        return _BoundedStream(self._inner.connect_tcp(host, port, timeout, local_address, socket_options))
+        """A connection to `host`, its name resolved and every address tried within the connect timeout and
+        the deadline of the request in progress, as a whole.
+
+        httpcore connects with `socket.create_connection`: getaddrinfo with no bound of its own (a resolver
+        that never answers holds it for as long as the C library retries), then each address in turn with
+        the whole timeout, so a name of several silent addresses cost one timeout each. Here the name is
+        resolved in a thread waited for the budget (`_resolve`), and the addresses are tried in order, each
+        with an even share of what is left (the last one with all of it): ConnectTimeout past the budget,
+        naming the name and what was tried."""
+        try:
+            _, budget = _left(timeout)
+        except TimeoutError as e:
+            raise httpcore2.ConnectTimeout(f"connecting to {host}:{port} was not begun: {e}") from None
+        if budget is None:  # no bound at all (a client without timeouts is refused: check_lightkube)
+            return _BoundedStream(self._inner.connect_tcp(host, port, timeout, local_address, socket_options))
+        ends = time.monotonic() + budget
+        addresses = _resolve(host, port, budget)
+        tried: list[str] = []
+        timed_out = False
+        for i, address in enumerate(addresses):
+            left = ends - time.monotonic()
+            if left <= 0:
+                timed_out = True
+                break
+            try:
+                return _BoundedStream(self._inner.connect_tcp(address, port, left / (len(addresses) - i),
+                                                              local_address, socket_options))
+            except httpcore2.ConnectTimeout:
+                timed_out = True
+                tried.append(f"{address} (no answer)")
+            except httpcore2.ConnectError as e:
+                tried.append(f"{address} ({e})")
+        attempts = f"{len(tried)} of its {len(addresses)} address(es) tried: {', '.join(tried) or 'none'}"
+        if timed_out:
+            raise httpcore2.ConnectTimeout(f"connecting to {host}:{port} did not end within {budget:g}s"
+                                           f" ({attempts})")
+        raise httpcore2.ConnectError(f"cannot connect to {host}:{port} ({attempts})")
 
     def connect_unix_socket(self, path: str, timeout: float | None = None,
                             socket_options: Iterable[Any] | None = None) -> httpcore2.NetworkStream:

@@ -79,6 +79,7 @@ class MetricsSink(Protocol):
     def reclaimed(self, kind: str, result: str) -> None: ...
     def scanned(self, seconds: float, problems: Sequence[tuple[str, int]]) -> None: ...
     def problems(self, problems: Sequence[tuple[str, int]]) -> None: ...
+    def scan_problems(self, problems: Sequence[tuple[str, str]]) -> None: ...
     def streaks_restarted(self, reason: str, n: int) -> None: ...
     def marked(self, counts: dict[str, int]) -> None: ...
     def items(self, counts: dict[tuple[str, str], int]) -> None: ...
@@ -101,6 +102,9 @@ class NullMetrics:
         pass
 
     def problems(self, problems: Sequence[tuple[str, int]]) -> None:
+        pass
+
+    def scan_problems(self, problems: Sequence[tuple[str, str]]) -> None:
         pass
 
     def streaks_restarted(self, reason: str, n: int) -> None:
@@ -463,8 +467,9 @@ class Engine:
         counts: dict[str, int] = {}
         for p in inventory.problems:
             counts[p.kind.value] = counts.get(p.kind.value, 0) + 1
-            log.warning("read problem", kind=p.kind.value, path=p.path, reason=p.reason)
+            log.warning("read problem", kind=p.kind.value, path=p.path, reason=p.reason, cause=p.cause)
         self.metrics.scanned(time.monotonic() - started, sorted(counts.items()))
+        self.metrics.scan_problems([(p.kind.value, p.cause) for p in inventory.problems])
         return inventory, findings
 
     def _judge(self, inventory: Inventory, desired: DesiredState) -> tuple[Inventory, tuple[Finding, ...]]:

@@ -124,13 +124,13 @@ class _DumpBudget:
     def datagram(self, size: int) -> None:
         self._bytes += size
         if self._bytes > self._max_bytes:
-            raise NetlinkError(f"{self._what}: more than {self._max_bytes} bytes: not read to its end (a namespace"
+            raise DumpBoundError(f"{self._what}: more than {self._max_bytes} bytes: not read to its end (a namespace"
                                " filled past the bound)")
 
     def message(self) -> None:
         self._messages += 1
         if self._messages > self._max_messages:
-            raise NetlinkError(f"{self._what}: more than {self._max_messages} messages: not read to its end (a"
+            raise DumpBoundError(f"{self._what}: more than {self._max_messages} messages: not read to its end (a"
                                " namespace filled past the bound)")
 
 
@@ -143,6 +143,11 @@ class NetlinkError(Exception):
     def __init__(self, message: str, *, code: int | None = None) -> None:
         super().__init__(message)
         self.code = code
+
+
+class DumpBoundError(NetlinkError):
+    """A dump past DUMP_MAX_MESSAGES or DUMP_MAX_BYTES: not read to its end (a namespace filled past the
+    bound, as a pod with CAP_NET_ADMIN can fill its own)."""
 
 
 def _time_left(timeout: float, what: str) -> float:

@@ -24,9 +24,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from nodegc.hostio.libc import unique_mount, unique_mounts
-from nodegc.hostio.netlink import NetlinkError, NetnsFileChanged, RawLink, RtnlSocket, open_netns
+from nodegc.hostio.netlink import DumpBoundError, NetlinkError, NetnsFileChanged, RawLink, RtnlSocket, open_netns
 from nodegc.inventory.netns import netns_file
-from nodegc.model.resources import Kind, NetnsEntry, ReadProblem, VethLink
+from nodegc.model.resources import DUMP_BOUND, UNREADABLE, Kind, NetnsEntry, ReadProblem, VethLink
 
 _NSID_MAX = 2**31 - 1
 """Ids above this are the unsigned spelling of -1 (NETNSA_NSID_NOT_ASSIGNED)."""
@@ -79,7 +79,8 @@ def scan_veths(
             any_veth = any(link.kind == "veth" for link in named)
             ids = _netnsids(rtnl, netns_entries, problems) if any_veth else {}
     except (NetlinkError, OSError) as e:
-        return (), (ReadProblem(Kind.VETH, where, f"link dump failed: {e}"),)
+        return (), (ReadProblem(Kind.VETH, where, f"link dump failed: {e}",
+                                DUMP_BOUND if isinstance(e, DumpBoundError) else UNREADABLE),)
     return tuple(_veths_from_dump(named, ids)), tuple(problems)
 
 

@@ -18,9 +18,17 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
-from nodegc.hostio.netlink import NetlinkError, NetnsFile, NetnsFileChanged, RtnlSocket, open_many, open_netns
+from nodegc.hostio.netlink import (
+    DumpBoundError,
+    NetlinkError,
+    NetnsFile,
+    NetnsFileChanged,
+    RtnlSocket,
+    open_many,
+    open_netns,
+)
 from nodegc.model.memo import remembered
-from nodegc.model.resources import Kind, Mount, NetnsEntry, ReadProblem
+from nodegc.model.resources import DUMP_BOUND, UNREADABLE, Kind, Mount, NetnsEntry, ReadProblem
 from nodegc.planning.owners import CRI_NETNS_SUBDIR
 
 NSFS = "nsfs"
@@ -29,7 +37,12 @@ _BLANK = re.compile(r"\s")
 
 
 class NetnsReadError(Exception):
-    """The namespace could not be entered or its addresses could not be dumped."""
+    """The namespace could not be entered or its addresses could not be dumped; `cause` is one of
+    model.resources.READ_CAUSES (DUMP_BOUND: a dump past its bound, a namespace filled on purpose)."""
+
+    def __init__(self, message: str, *, of: BaseException | None = None) -> None:
+        super().__init__(message)
+        self.cause = DUMP_BOUND if isinstance(of, DumpBoundError) else UNREADABLE
 
 
 def scan_netns(
@@ -294,7 +307,7 @@ def read_netns_addresses(path: Path | NetnsFile) -> tuple[str, ...]:
     try:
         rtnl = RtnlSocket.open(path)
     except (NetlinkError, OSError) as e:
-        raise NetnsReadError(f"cannot read addresses in netns {_where(path)}: {e}") from e
+        raise NetnsReadError(f"cannot read addresses in netns {_where(path)}: {e}", of=e) from e
     return _addresses(rtnl, _path(path))
 
 
@@ -319,7 +332,7 @@ def read_netns_addresses_many(
     entered = [paths[i] for i in rest]
     for i, path, rtnl in zip(rest, entered, open_many(entered), strict=True):
         if isinstance(rtnl, NetlinkError):
-            out[i] = NetnsReadError(f"cannot read addresses in netns {_where(path)}: {rtnl}")
+            out[i] = NetnsReadError(f"cannot read addresses in netns {_where(path)}: {rtnl}", of=rtnl)
             continue
         try:
             out[i] = _addresses(rtnl, _path(path))
@@ -390,7 +403,7 @@ def _addresses(rtnl: RtnlSocket, path: Path) -> tuple[str, ...]:
         with rtnl:
             addresses = rtnl.addresses_off_loopback()
     except (NetlinkError, OSError) as e:
-        raise NetnsReadError(f"cannot read addresses in netns {os.fsdecode(path)}: {e}") from e
+        raise NetnsReadError(f"cannot read addresses in netns {os.fsdecode(path)}: {e}", of=e) from e
     return _kept(addresses)
 
 

@@ -295,7 +295,8 @@ def _read_addresses(
     problems: list[ReadProblem] = []
     for i, found in zip(wanted, read, strict=True):
         if isinstance(found, NetnsReadError):
-            problems.append(ReadProblem(Kind.NETNS, entries[i].path, f"cannot read addresses: {found}"))
+            problems.append(ReadProblem(Kind.NETNS, entries[i].path, f"cannot read addresses: {found}",
+                                        found.cause))
         else:
             out[i] = dataclasses.replace(entries[i], addresses=found, addresses_read=True)
     return tuple(out), problems

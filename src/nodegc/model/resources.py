@@ -33,6 +33,18 @@ class Kind(StrEnum):
     """A manifest of the kubelet's static pod directory: read as evidence, never reclaimed."""
 
 
+UNREADABLE = "unreadable"
+DUMP_BOUND = "dump_bound"
+"""A namespace's netlink dump went past its bound (`hostio.netlink.DUMP_MAX_MESSAGES`, `DUMP_MAX_BYTES`): one a
+pod can fill on purpose, and what it would have shown stays kept."""
+UNTOLD_PROCESS_CAUSE = "untold_process"
+"""A process whose command line could not be read in time (its memory map held locked): any process may be a
+shim, so no runtime leftover is judged while it lasts, and a pod can hold that on purpose."""
+READ_CAUSES = (UNREADABLE, DUMP_BOUND, UNTOLD_PROCESS_CAUSE)
+"""Why a read failed, as a metric label (`nodegc_scan_read_problems`): the causes a pod can bring about on
+purpose to keep what it hides unjudged, each of its own, and every other failure."""
+
+
 @dataclass(frozen=True, slots=True)
 class ReadProblem:
     """Something a reader could not read; the scan records it and goes on."""
@@ -40,6 +52,8 @@ class ReadProblem:
     kind: Kind
     path: str
     reason: str
+    cause: str = UNREADABLE
+    """One of READ_CAUSES."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,7 @@ from prometheus_client.registry import Collector
 
 from nodegc import __version__
 from nodegc.model.ipranges import RangeStatus
-from nodegc.model.resources import Kind
+from nodegc.model.resources import DUMP_BOUND, READ_CAUSES, UNTOLD_PROCESS_CAUSE, Kind
 
 RANGE_LABELS = ("network", "range")
 WATCH_EVENT_TYPES = ("added", "modified", "deleted", "bookmark", "error")
@@ -88,6 +88,12 @@ class Metrics:
             "nodegc_read_problems", "Items the readers could not read, by resource kind.", ["kind"],
             registry=r,
         )
+        self.scan_read_problems = Gauge(
+            "nodegc_scan_read_problems",
+            "Read problems of the last scan, by kind and cause: what each hides is kept unjudged. dump_bound: a"
+            " namespace whose netlink dump went past its bound; untold_process: a process whose command line"
+            " could not be read in time, so no runtime leftover is judged (both can be held on purpose by a"
+            " pod); unreadable: any other.", ["kind", "cause"], registry=r)
         self.streak_restarts = Counter(
             "nodegc_streaks_restarted",
             "Detected items whose scans in a row went back to 0 because a cycle could not act on its desired "
@@ -157,6 +163,12 @@ class Metrics:
                 self.reclaims.labels(kind.value, result)
         for kind in Kind:
             self.protected_gauge.labels(kind.value).set(0)
+        # The causes a pod can bring about on purpose, exported at 0 until they happen.
+        self._read_problem_keys: set[tuple[str, str]] = {
+            (Kind.NETNS.value, DUMP_BOUND), (Kind.VETH.value, DUMP_BOUND),
+            (Kind.RUNTIME_LEFTOVER.value, UNTOLD_PROCESS_CAUSE)}
+        for key in self._read_problem_keys:
+            self.scan_read_problems.labels(*key).set(0)
         self._range_keys: set[tuple[str, str]] = set()
         self._protected_kinds: set[str] = {k.value for k in Kind}
         self._item_keys: set[tuple[str, str]] = set()
@@ -185,6 +197,19 @@ class Metrics:
         for kind, n in problems:
             if n > 0:
                 self.read_problems.labels(kind).inc(n)
+
+    def scan_problems(self, problems: Iterable[tuple[str, str]]) -> None:
+        """The last scan's read problems as (kind, cause); a pair seen before and absent now drops to 0."""
+        counts: dict[tuple[str, str], int] = {}
+        for kind, cause in problems:
+            key = (kind, cause if cause in READ_CAUSES else READ_CAUSES[0])
+            counts[key] = counts.get(key, 0) + 1
+        with self._lock:
+            for key in self._read_problem_keys - counts.keys():
+                self.scan_read_problems.labels(*key).set(0)
+            for key, n in counts.items():
+                self.scan_read_problems.labels(*key).set(n)
+            self._read_problem_keys |= set(counts)
 
     def blocked(self, reason: str) -> None:
         self.actions_blocked.labels(reason).inc()

@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 
 from nodegc.hostio.libc import stat_in_root
 from nodegc.hostio.mountinfo import MountIndex, top_of
-from nodegc.model.resources import Kind, Mount, ReadProblem
+from nodegc.model.resources import UNTOLD_PROCESS_CAUSE, Kind, Mount, ReadProblem
 from nodegc.model.runtime import UNTOLD_PROCESS, RuntimeLeftover
 
 _ID = re.compile(r"[0-9a-f]{64}")
@@ -83,7 +83,7 @@ def read_leftovers(state_dir: Path, *, mounts: Iterable[Mount], proc_root: Path 
     tasks = os.path.join(base, TASKS_DIR)
     if _inside(tasks, base):
         out += _id_dirs("task_dir", os.path.join(tasks, CRI_NAMESPACE), index, proc_root, problems)
-    out += _shims(proc_root, socket)
+    out += _shims(proc_root, socket, problems)
     return tuple(out), tuple(problems)
 
 
@@ -268,7 +268,7 @@ def _shim_args_of(raw: bytes | None) -> tuple[str | None, str | None, bool] | No
     return sid, address, "delete" in args[1:]
 
 
-def _shims(proc_root: Path, socket: str | None) -> list[RuntimeLeftover]:
+def _shims(proc_root: Path, socket: str | None, problems: list[ReadProblem]) -> list[RuntimeLeftover]:
     found: list[RuntimeLeftover] = []
     try:
         entries = [e for e in os.scandir(proc_root) if e.name.isdigit()]
@@ -284,9 +284,13 @@ def _shims(proc_root: Path, socket: str | None) -> list[RuntimeLeftover]:
     cmdlines, stalled = _cmdlines(proc_root, [int(e.name) for e in entries])
     for pid in stalled:
         # Any process may be a shim, of any id: while one cannot be told, no leftover is judged (planning).
-        found.append(RuntimeLeftover("shim", "", f"{proc_root}/{pid}", pid=pid, problem=(
-            f"{UNTOLD_PROCESS}: its command line could not be read within {STAT_WAIT:g}s (its memory map is"
-            " locked), so whether it is a shim, and of which id, cannot be told")))
+        # A pod can hold that on purpose, so it is a read problem of its own cause too: logged with the pid,
+        # counted by cause (nodegc_scan_read_problems), shown on the dashboard.
+        why = (f"{UNTOLD_PROCESS}: its command line could not be read within {STAT_WAIT:g}s (its memory map is"
+               " locked), so whether it is a shim, and of which id, cannot be told")
+        found.append(RuntimeLeftover("shim", "", f"{proc_root}/{pid}", pid=pid, problem=why))
+        problems.append(ReadProblem(Kind.RUNTIME_LEFTOVER, f"{proc_root}/{pid}",
+                                    f"pid {pid}: {why}; no runtime leftover is judged", UNTOLD_PROCESS_CAUSE))
     for e in entries:
         pid = int(e.name)
         args = _shim_args_of(cmdlines.get(pid))
