@@ -1349,18 +1349,7 @@ class FakeKubeAPI:
 
     def write_kubeconfig(self, path: Path) -> Path:
         """A kubeconfig for this server: plain http (lightkube accepts it), a dummy bearer token."""
-        config = {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [{"name": "fake", "cluster": {"server": self.url, "insecure-skip-tls-verify": True}}],
-            "users": [{"name": "fake", "user": {"token": self.token}}],
-            "contexts": [
-                {"name": "fake", "context": {"cluster": "fake", "user": "fake", "namespace": "default"}}
-            ],
-            "current-context": "fake",
-        }
-        path.write_text(yaml.safe_dump(config))
-        return path
+        return write_kubeconfig(path, self.url, token=self.token)
 
     # request path (server threads)
 
@@ -1529,3 +1518,18 @@ def _watch_event(change: Change, matches: Predicate) -> tuple[str, JSON] | None:
     if before and not now:
         return "DELETED", change.obj
     return None
+
+
+def write_kubeconfig(path: Path, server: str, *, token: str = "t") -> Path:  # noqa: S107 (a dummy token)
+    """A kubeconfig naming `server` (TLS not verified) with a dummy bearer token: for the test API server, or
+    for a server a test makes of its own (one that never answers, a name that never resolves)."""
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "fake", "cluster": {"server": server, "insecure-skip-tls-verify": True}}],
+        "users": [{"name": "fake", "user": {"token": token}}],
+        "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake", "namespace": "default"}}],
+        "current-context": "fake",
+    }
+    path.write_text(yaml.safe_dump(config))
+    return path

@@ -23,6 +23,7 @@ from nodegc.api.client import make_client
 from nodegc.api.errors import KubeError
 from nodegc.api.reads import get_live
 from tests.adversarial.found11.test_trickled_writes import bounded
+from tests.api.fakeapi import write_kubeconfig
 
 TIMEOUT = 1.0
 BOUND = 5 * TIMEOUT
@@ -77,25 +78,7 @@ class HandshakeServer:
 
 
 def _kubeconfig(path: Path, port: int) -> Path:
-    path.write_text(f"""apiVersion: v1
-kind: Config
-clusters:
-- name: c
-  cluster:
-    server: https://127.0.0.1:{port}
-    insecure-skip-tls-verify: true
-users:
-- name: u
-  user:
-    token: t
-contexts:
-- name: x
-  context:
-    cluster: c
-    user: u
-current-context: x
-""")
-    return path
+    return write_kubeconfig(path, f"https://127.0.0.1:{port}")
 
 
 @pytest.fixture(params=[True, False], ids=["trickled", "silent"])

@@ -26,6 +26,7 @@ from nodegc.api.client import make_client
 from nodegc.api.errors import KubeError
 from nodegc.api.reads import get_live, list_all
 from tests.adversarial.found11.test_trickled_writes import bounded
+from tests.api.fakeapi import write_kubeconfig
 
 TIMEOUT = 1.0
 BOUND = 2.5 * TIMEOUT
@@ -99,26 +100,7 @@ def many_silent_addresses(tmp_path: Path) -> Iterator[None]:
 
 
 def _client(tmp_path: Path, server: str) -> lightkube.Client:
-    path = tmp_path / "kubeconfig"
-    path.write_text(f"""apiVersion: v1
-kind: Config
-clusters:
-- name: c
-  cluster:
-    server: https://{server}:6443
-    insecure-skip-tls-verify: true
-users:
-- name: u
-  user:
-    token: t
-contexts:
-- name: x
-  context:
-    cluster: c
-    user: u
-current-context: x
-""")
-    return make_client(path, timeout=TIMEOUT)
+    return make_client(write_kubeconfig(tmp_path / "kubeconfig", f"https://{server}:6443"), timeout=TIMEOUT)
 
 
 def _calls(client: lightkube.Client) -> dict[str, object]:

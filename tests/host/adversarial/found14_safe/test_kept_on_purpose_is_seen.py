@@ -9,7 +9,7 @@ fed the real readers' problems, the metrics registry."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, MutableMapping
+from collections.abc import MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -30,13 +30,6 @@ from tests.unit.factories import NOW
 from tests.unit.test_proven_judgement import Scripted, engine
 
 pytestmark = pytest.mark.host
-
-
-@pytest.fixture
-def node(tmp_path: Path) -> Iterator[Node]:
-    made = Node(tmp_path)
-    yield made
-    made.close()
 
 
 def _gauge(metrics: Metrics) -> dict[tuple[str, str], float]:

@@ -7,7 +7,6 @@ as any unreadable namespace is), the other namespaces read as before. Real names
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,13 +18,6 @@ from nodegc.inventory.netns import NetnsReadError, read_netns_addresses_many
 from tests.host.test_netns_addresses_by_netnsid import Node, _run
 
 pytestmark = pytest.mark.host
-
-
-@pytest.fixture
-def node(tmp_path: Path) -> Iterator[Node]:
-    made = Node(tmp_path)
-    yield made
-    made.close()
 
 
 def _flood(ns: Path, count: int) -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,13 +17,6 @@ from nodegc.inventory.netns import NetnsReadError, read_netns_addresses_many
 from tests.host.test_netns_addresses_by_netnsid import Node, _by_netnsid, _ip
 
 pytestmark = pytest.mark.host
-
-
-@pytest.fixture
-def node(tmp_path: Path) -> Iterator[Node]:
-    made = Node(tmp_path)
-    yield made
-    made.close()
 
 
 def _oracle(ns: Path) -> list[str]:
