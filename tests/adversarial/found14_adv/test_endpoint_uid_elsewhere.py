@@ -10,6 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.api.fakeapi import FakeKubeAPI
 from tests.api.regressions.test_endpoint_false_removal import run_pass
 from tests.api.test_controller import NS, endpoint, endpointslice, pod, service, slice_addresses
@@ -22,10 +24,15 @@ def _in(namespace: str, obj: dict[str, Any]) -> dict[str, Any]:
     return obj
 
 
+@pytest.mark.parametrize("name_reused", [False, True], ids=["name_free", "name_reused"])
 def test_a_ref_without_namespace_to_a_live_pod_of_another_namespace_is_kept(
-    api: FakeKubeAPI, kubeconfig: Path
+    api: FakeKubeAPI, kubeconfig: Path, name_reused: bool
 ) -> None:
+    """The ref leaves out its namespace, so it reads as the slice's; its uid is a pod that lives in another.
+    With the name reused by a pod of the slice's namespace, the ref looked like a dead incarnation of it."""
     api.add("services", service())
+    if name_reused:
+        api.add_pod(pod("db-0", "10.0.0.8", uid="uid-other"))
     api.add_pod(_in("backend", pod("db-0", "10.0.0.9", uid="uid-db")))
     ep = endpoint("10.0.0.9", "db-0", uid="uid-db")
     del ep["targetRef"]["namespace"]
@@ -49,21 +56,6 @@ def test_a_ref_whose_name_is_not_its_live_pods_is_kept(api: FakeKubeAPI, kubecon
     assert report.removed == [], [(s.reason.value, s.detail) for s in report.removed]
     assert slice_addresses(api, "db-6") == ["10.0.0.9"]
     assert slice_addresses(api, "db-7") == ["10.0.0.9"]
-
-
-def test_a_reused_name_whose_endpoint_uid_lives_elsewhere_is_kept(api: FakeKubeAPI, kubeconfig: Path) -> None:
-    """The ref's (namespace, name) is now another pod's, but the ref's uid is a pod that lives (in the
-    namespace the ref left out): not a dead incarnation."""
-    api.add("services", service())
-    api.add_pod(pod("db-0", "10.0.0.8", uid="uid-other"))
-    api.add_pod(_in("backend", pod("db-0", "10.0.0.9", uid="uid-db")))
-    ep = endpoint("10.0.0.9", "db-0", uid="uid-db")
-    del ep["targetRef"]["namespace"]
-    api.add("endpointslices", endpointslice("db-cross", ep, managed_by=OPERATOR))
-    report = run_pass(kubeconfig)
-    assert report is not None
-    assert report.removed == [], [(s.reason.value, s.detail) for s in report.removed]
-    assert slice_addresses(api, "db-cross") == ["10.0.0.9"]
 
 
 def test_a_dead_uid_is_still_removed(api: FakeKubeAPI, kubeconfig: Path) -> None:
