@@ -191,6 +191,9 @@ class Earlier:
     """`Context.explained` (a function of the cache entries and their owners alone)."""
     netns_keys: tuple[str, ...] = ()
     """`Context.netns_keys`."""
+    stood: object | None = None
+    """What the rule that an attachment's parts stand or fall together was given and made
+    (`planning.network.Stood`): its next run works out again only the groups whose parts changed."""
 
 
 def as_before(pods: tuple[Pod, ...], before: dict[str, Pod]) -> tuple[Pod, ...]:

@@ -763,19 +763,41 @@ _ATTACHMENT = frozenset({Kind.IP_RESERVATION, Kind.CNI_CACHE, Kind.IPTABLES_CHAI
                          Kind.VETH, Kind.FIREWALL_RULE})
 
 
-def stand_or_fall_together(ctx: Context) -> None:
+@dataclass(frozen=True)
+class Stood:
+    """What `stand_or_fall_together` was given and made, and its groups (container id -> the places of its
+    parts), for the next correlation of the same kind (`Earlier.stood`)."""
+
+    before: tuple[Finding, ...]
+    after: tuple[Finding, ...]
+    groups: dict[str, tuple[int, ...]]
+
+
+def stand_or_fall_together(ctx: Context, earlier: Stood | None = None) -> Stood:
     """The parts of one network attachment (reservations, cache entries, chains, rules, netns, veth of one
     container id) stand or fall together: one part in use makes every part in use, one part kept for any
     other reason keeps the rest. Runs last, over every domain's verdicts: a CNI DEL of a container id
     releases all its reservations, so no part may go while another is kept. (A runtime sandbox itself is
-    not a part: the runtime removes it first, and its parts wait for that.)"""
+    not a part: the runtime removes it first, and its parts wait for that.)
+
+    `earlier`: what it made of an earlier correlation's findings (`Stood`). A group's outcome is a function
+    of its parts alone, in order (their places, their findings), and a group is the places of one container
+    id's parts: where every part of a group is the very finding it was then, at the same place, and no
+    other place joined or left it, its parts are what they became then. So with the findings as many as
+    then, only the groups of the places whose finding is not the very same (the container ids of the
+    finding there then and now) are worked out again; every other place takes what it became then."""
+    findings = ctx.findings
+    if earlier is not None and len(earlier.before) == len(findings):
+        changed = list(compress(range(len(findings)), map(operator.is_not, findings, earlier.before)))
+        if len(changed) * 4 < len(findings):
+            return _stand_again(ctx, earlier, changed)
+    before = tuple(findings)
     groups: dict[str, list[int]] = {}
     first_cls: dict[str, FindingClass] = {}
     mixed: dict[str, None] = {}
     """The container ids whose parts are not all of one class (parts of one class are all residue, none
     kept, or all kept alike, none weaker: nothing to do); in any order: a group reads and changes only its
     own parts."""
-    findings = ctx.findings
     for index, finding in enumerate(findings):
         if (cid := finding.owner.container_id) and finding.kind in _ATTACHMENT:
             group = groups.get(cid)
@@ -787,25 +809,58 @@ def stand_or_fall_together(ctx: Context) -> None:
                 if finding.cls is not first_cls[cid]:
                     mixed[cid] = None
     for cid in mixed:
-        indexes = groups[cid]
-        members = [findings[i] for i in indexes]
-        keeping = [f for f in members if not f.cls.is_residue]
-        if not keeping:
+        _stand_group(findings, cid, groups[cid])
+    return Stood(before, tuple(findings), {cid: tuple(places) for cid, places in groups.items()})
+
+
+def _stand_again(ctx: Context, earlier: Stood, changed: list[int]) -> Stood:
+    """`stand_or_fall_together` from `earlier`, the findings at the places `changed` not the very same."""
+    findings = ctx.findings
+    before = tuple(findings)
+    out = list(earlier.after)
+    moved: set[str] = set()
+    for i in changed:
+        out[i] = findings[i]
+        for f in (earlier.before[i], findings[i]):
+            if (cid := f.owner.container_id) and f.kind in _ATTACHMENT:
+                moved.add(cid)
+    groups = dict(earlier.groups)
+    at = set(changed)
+    for cid in moved:
+        places = [i for i in earlier.groups.get(cid, ()) if i not in at]
+        places += [i for i in changed if findings[i].owner.container_id == cid and findings[i].kind in _ATTACHMENT]
+        places.sort()
+        if not places:
+            groups.pop(cid, None)
             continue
-        in_use = next((f for f in keeping if f.cls is FindingClass.IN_USE), None)
-        ref = in_use or keeping[0]
-        cls = FindingClass.IN_USE if in_use else FindingClass.PROTECTED
-        # In use wins over protected too: the part's own reason to wait is moot when its sandbox is live.
-        weaker = {FindingClass.PROTECTED} if in_use else set()
-        changed = [i for i in indexes if ctx.findings[i].cls.is_residue or ctx.findings[i].cls in weaker]
-        if not changed:
-            continue
-        note = f"{ref.kind.value} {ref.id} of the same container {short(cid)} is {ref.cls.value}"
-        for i in changed:
-            old = ctx.findings[i]
-            ctx.findings[i] = Finding(cls, old.kind, old.id, ref.owner if in_use else old.owner,
-                                      ref.owner_state if in_use else old.owner_state, (*old.evidence, note),
-                                      netns=old.netns, ip=old.ip, sandbox=old.sandbox)
+        groups[cid] = tuple(places)
+        for i in places:
+            out[i] = findings[i]  # as given: the group is worked out from its parts as they are now
+        _stand_group(out, cid, places)
+    findings[:] = out
+    return Stood(before, tuple(out), groups)
+
+
+def _stand_group(findings: list[Finding], cid: str, indexes: Sequence[int]) -> None:
+    """One container id's parts (at `indexes`, in order): in use, or kept, all together."""
+    members = [findings[i] for i in indexes]
+    keeping = [f for f in members if not f.cls.is_residue]
+    if not keeping:
+        return
+    in_use = next((f for f in keeping if f.cls is FindingClass.IN_USE), None)
+    ref = in_use or keeping[0]
+    cls = FindingClass.IN_USE if in_use else FindingClass.PROTECTED
+    # In use wins over protected too: the part's own reason to wait is moot when its sandbox is live.
+    weaker = {FindingClass.PROTECTED} if in_use else set()
+    changed = [i for i in indexes if findings[i].cls.is_residue or findings[i].cls in weaker]
+    if not changed:
+        return
+    note = f"{ref.kind.value} {ref.id} of the same container {short(cid)} is {ref.cls.value}"
+    for i in changed:
+        old = findings[i]
+        findings[i] = Finding(cls, old.kind, old.id, ref.owner if in_use else old.owner,
+                              ref.owner_state if in_use else old.owner_state, (*old.evidence, note),
+                              netns=old.netns, ip=old.ip, sandbox=old.sandbox)
 
 
 def _container_mtime(ctx: Context, container_id: str) -> float | None:
