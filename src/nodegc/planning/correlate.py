@@ -52,7 +52,7 @@ class Correlation:
                        second=self.network.second,
                        claims=ctx.pods.claims, terminal_claims=ctx.pods.terminal_claims,
                        pending_note=ctx.pending_note(), listed=ctx.listed, cache=ctx.cache,
-                       explained=ctx.explained, netns_keys=ctx.netns_keys, stood=self.stood)
+                       explained=ctx.explained, netns_keys=ctx.netns_keys, index=ctx.pods, stood=self.stood)
 
 
 def correlate(
