@@ -191,6 +191,11 @@ class Earlier:
     """`Context.explained` (a function of the cache entries and their owners alone)."""
     netns_keys: tuple[str, ...] = ()
     """`Context.netns_keys`."""
+    index: PodIndex | None = None
+    """Its index of the pods (`listed`): the next one is made from it when few pods came or went."""
+    stood: object | None = None
+    """What the rule that an attachment's parts stand or fall together was given and made
+    (`planning.network.Stood`): its next run works out again only the groups whose parts changed."""
 
 
 def as_before(pods: tuple[Pod, ...], before: dict[str, Pod]) -> tuple[Pod, ...]:
@@ -297,7 +302,8 @@ class Context:
                        mirrored=previous.mirrored, runtime_unusable=previous.runtime_unusable,
                        runtime_pass=previous.runtime_pass, listed=previous.listed, explained=previous.explained)
         listed = as_before(desired.pods, earlier.by_uid) if earlier is not None else desired.pods
-        pods = PodIndex.build(desired, listed)
+        pods = PodIndex.build(desired, listed, earlier=(earlier.index, earlier.listed)
+                              if earlier is not None and earlier.index is not None else None)
         same_entries = earlier is not None and inv.cni_cache == earlier.inv.cni_cache
         # The index holds the entries themselves, which are looked up by identity (a second pass redoes the
         # entries of the namespaces it read by id, `_shared_netns` skips the entry itself, and `entry_at` and

@@ -17,7 +17,7 @@ from nodegc.model.resources import Inventory
 from nodegc.planning.context import Clock, Context, CorrelationPolicy, Earlier, same_policy
 from nodegc.planning.firewall import correlate_firewall
 from nodegc.planning.kubelet import correlate_kubelet
-from nodegc.planning.network import NetworkPass, correlate_network, shared_namespaces, stand_or_fall_together
+from nodegc.planning.network import NetworkPass, Stood, correlate_network, shared_namespaces, stand_or_fall_together
 from nodegc.planning.runtime import correlate_pod_logs, correlate_runtime
 
 __all__ = ["Correlation", "CorrelationPolicy", "Earlier", "correlate", "correlation"]
@@ -37,6 +37,8 @@ class Correlation:
     """The pod log directories' findings: they depend on no namespace and no other finding."""
     kubelet_clock: Clock | None = None
     """What the kubelet domain's verdicts asked of the time (None: not known)."""
+    stood: Stood | None = None
+    """What the rule that the parts of an attachment stand or fall together was given and made."""
 
     def earlier(self) -> Earlier | None:
         """What this correlation leaves for the next scan's (`Earlier`)."""
@@ -50,7 +52,7 @@ class Correlation:
                        second=self.network.second,
                        claims=ctx.pods.claims, terminal_claims=ctx.pods.terminal_claims,
                        pending_note=ctx.pending_note(), listed=ctx.listed, cache=ctx.cache,
-                       explained=ctx.explained, netns_keys=ctx.netns_keys)
+                       explained=ctx.explained, netns_keys=ctx.netns_keys, index=ctx.pods, stood=self.stood)
 
 
 def correlate(
@@ -97,8 +99,11 @@ def correlation(
     pod_logs = tuple(ctx.findings[start:])
     correlate_firewall(ctx)
     shared_namespaces(ctx)
-    stand_or_fall_together(ctx)
-    return Correlation(tuple(ctx.findings), ctx, kubelet, network, pod_logs, kubelet_clock)
+    # An earlier correlation's outcome of that rule, or the first pass's for a second: the rule works out
+    # again only the groups whose parts are not the very same findings (`stand_or_fall_together`).
+    then = earlier.stood if earlier is not None else previous.stood if previous is not None else None
+    stood = stand_or_fall_together(ctx, then if isinstance(then, Stood) else None)
+    return Correlation(stood.after, ctx, kubelet, network, pod_logs, kubelet_clock, stood)
 
 
 def _kubelet(ctx: Context, earlier: Earlier | None) -> Clock:

@@ -9,8 +9,11 @@ from __future__ import annotations
 import operator
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
+from itertools import compress
+from typing import TypeVar
 
 from nodegc.model.findings import Finding, FindingClass, Owner
 from nodegc.model.memo import remembered
@@ -27,6 +30,8 @@ from nodegc.model.resources import (
 from nodegc.planning.context import GONE, HOLDING, Clock, Context, Earlier, reclass, same_policy, short
 from nodegc.planning.owners import Resolution, netns_key, normalize_ip, pod_changes
 from nodegc.planning.phases import hostport_rule_id
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -62,6 +67,9 @@ class NetworkPass:
     """A second pass (made from a first pass of the same scan, `previous`): a later scan's second pass
     takes from it what its own first pass cannot give (the verdicts on the namespaces whose addresses
     were read, and on what names them)."""
+    reads: _Reads | None = None
+    """Which records each of its verdicts reads (`_Reads`), once a later pass worked it out: a later scan
+    whose network records are equal to these takes it on."""
 
 
 def correlate_network(ctx: Context, previous: NetworkPass | None = None,
@@ -104,6 +112,8 @@ class _Once:
 
 
 def _network(ctx: Context, previous: NetworkPass | None, again: _Again | None, once: _Once) -> NetworkPass:
+    if previous is None and again is not None and again.aligned():
+        return _network_again(ctx, again, once)
     if again is not None:
         # The same reservations, chains and hostport rules as the earlier pass (`_Again.of`): what they
         # name is the same (read only, from here on).
@@ -165,6 +175,120 @@ def _network(ctx: Context, previous: NetworkPass | None, again: _Again | None, o
                        clock=clock, once=ids, second=previous is not None)
 
 
+def _network_again(ctx: Context, again: _Again, once: _Once) -> NetworkPass:
+    """A first pass taking from an earlier scan's (`_Again`) in bulk: every verdict is the earlier one but at
+    the places `_Again.redo` names, where each is asked as the record-by-record pass asks it (taken again
+    if its `_Again` check allows, else judged anew). A place it does not name is one whose check cannot
+    refuse (`_Reads`), so the findings, their order and what the clock was asked are those of asking every
+    record. The places of the namespaces follow from the cache entries' verdicts that changed, and those of
+    the veths from the namespaces' verdicts that changed."""
+    net, inv, findings = again.net, ctx.inv, ctx.findings
+    # The same reservations, chains and hostport rules as the earlier pass (`_Again.of`): what they name is
+    # the same (read only, from here on).
+    ctx.network_ips.update(net.network_ips)
+    ctx.chain_ips.update(net.chain_ips)
+    redo = again.redo()
+    reads = again.reads
+    reservations = _reservations_again(ctx, again, once, redo.reservations)
+    entries = inv.cni_cache
+
+    def entry(i: int) -> None:
+        if (taken := again.cache_entry(i, entries[i])) is not None:
+            findings.append(taken)
+        else:
+            at = len(findings)
+            _cache_entry(ctx, entries[i])
+            once.judged(ctx, at)
+
+    made, changed = _again_at(again, net.cache_findings, redo.entries, entry)
+    ctx.cache_findings = dict(zip(map(id, entries), made, strict=True))
+    findings.extend(made)
+    cache_findings = tuple(made)
+
+    spaces, keys = inv.netns, ctx.netns_keys
+
+    def space(i: int) -> None:
+        if (taken := again.netns(i, spaces[i])) is not None:
+            findings.append(taken)
+        else:
+            at = len(findings)
+            _netns(ctx, spaces[i], keys[i])
+            once.judged(ctx, at)
+
+    made, changed = _again_at(again, net.netns_findings, redo.netns | reads.netns_naming(changed), space)
+    ctx.netns_class.update(zip(reads.netns_paths, made, strict=True))
+    findings.extend(made)
+    netns_findings = tuple(made)
+
+    links = inv.veths
+
+    def veth(i: int) -> None:
+        if (taken := again.veth(i, links[i])) is not None:
+            findings.append(taken)
+        else:
+            _veth(ctx, links[i])
+
+    made, _ = _again_at(again, net.veth_findings, reads.veths_peering(changed), veth)
+    findings.extend(made)
+    veth_findings = tuple(made)
+
+    chains, hostport = inv.chains, inv.hostport_rules
+
+    def rule(i: int) -> None:
+        if i < len(chains):
+            c = chains[i]
+            _rule_once(ctx, i, Kind.IPTABLES_CHAIN, c.name, container_id=c.container_id, network=c.network,
+                       again=again, once=once)
+        else:
+            h = hostport[i - len(chains)]
+            _rule_once(ctx, i, Kind.HOSTPORT_RULE, _rule_id(h), container_id=h.container_id, network=h.network,
+                       again=again, once=once)
+
+    made, _ = _again_at(again, net.rules, redo.rules, rule)
+    findings.extend(made)
+    return NetworkPass(reservations, dict(ctx.reservations_by_cid), tuple(made), network_ips=dict(ctx.network_ips),
+                       chain_ips=dict(ctx.chain_ips), netns=spaces, netns_by_key=ctx.netns_by_key,
+                       netns_unreadable=ctx.netns_unreadable, netns_class=dict(ctx.netns_class),
+                       cache_findings=cache_findings, netns_findings=netns_findings, veth_findings=veth_findings,
+                       clock=once.part, once=frozenset(once.ids), reads=reads)
+
+
+def _reservations_again(ctx: Context, again: _Again, once: _Once, places: set[int]) -> tuple[Finding, ...]:
+    """`_network_again`'s reservations, and then the conflicts of pod status (made anew: the whole node's)."""
+    findings, held, reserved_ips = ctx.findings, ctx.inv.ip_reservations, again.reads.reserved_ips
+    made, _ = _again_at(again, again.net.reservations[:len(held)], places, lambda i: _reservation_once(
+        ctx, i, held[i], reserved_ips, again=again, once=once))
+    by_cid = ctx.reservations_by_cid
+    by_cid.clear()  # in the reservations' order, whichever were asked again
+    for r, f in zip(held, made, strict=True):
+        if r.container_id:
+            by_cid[r.container_id].append((r, f))
+    start = len(findings)
+    findings.extend(made)
+    _status_conflicts(ctx, reserved_ips)
+    for i in range(start + len(made), len(findings)):
+        once.whole_node(ctx, i)
+    return tuple(findings[start:])
+
+
+def _again_at(again: _Again, earlier: Sequence[Finding], places: Iterable[int],
+              one: Callable[[int], object]) -> tuple[list[Finding], set[int]]:
+    """`earlier`'s verdicts, but at each of `places` the one `one(place)` appends to the findings (and takes
+    back off them); and the places whose verdict is not the earlier one. The others count as taken again."""
+    out = list(earlier)
+    findings = again.ctx.findings
+    changed: set[int] = set()
+    asked = 0
+    for i in sorted(places):
+        one(i)
+        out[i] = found = findings.pop()
+        asked += 1
+        if found is not earlier[i]:
+            changed.add(i)
+    again.taken += len(out) - asked
+    return out, changed
+
+
 def _cache_entries(ctx: Context, previous: NetworkPass | None, changed: set[str] | None,
                    again: _Again | None, once: _Once) -> tuple[Finding, ...]:
     """A verdict per cache entry; the previous pass's where no key the entry's netns path reads changed."""
@@ -224,7 +348,7 @@ def _veths(ctx: Context, previous: NetworkPass | None, again: _Again | None) -> 
     return tuple(ctx.findings[start:])
 
 
-def _reservation_once(ctx: Context, i: int, r: IPReservation, reserved_ips: set[str], *, again: _Again | None,
+def _reservation_once(ctx: Context, i: int, r: IPReservation, reserved_ips: AbstractSet[str], *, again: _Again | None,
                       once: _Once) -> None:
     if again is not None and (taken := again.reservation(i, r)) is not None:
         ctx.findings.append(taken)
@@ -279,6 +403,70 @@ class _Again:
         touched = _touched_ips(ctx.listed, earlier.listed)
         self.claimed = _moved_claims(ctx.pods.claims, earlier.claims, touched)
         self.terminal = _moved_claims(ctx.pods.terminal_claims, earlier.terminal_claims, touched)
+        self._reads = network.reads
+
+    def aligned(self) -> bool:
+        """Whether the earlier pass holds one verdict per record, in the records' order (it does: the same
+        records, `of`, each judged once and in order; checked, as `_network_again` relies on it)."""
+        inv, net = self.ctx.inv, self.net
+        return (len(net.reservations) >= len(inv.ip_reservations) and len(net.cache_findings) == len(inv.cni_cache)
+                and len(net.netns_findings) == len(inv.netns) and len(net.veth_findings) == len(inv.veths)
+                and len(net.rules) == len(inv.chains) + len(inv.hostport_rules))
+
+    @property
+    def reads(self) -> _Reads:
+        """Which records each verdict reads: the earlier pass's, or worked out from this one's records (equal
+        to the earlier's, `of`)."""
+        if self._reads is None:
+            self._reads = _Reads.build(self.ctx)
+        return self._reads
+
+    def redo(self) -> _Redo:
+        """The places of the reservations, cache entries, namespaces and rules whose check (`reservation`,
+        `cache_entry`, `netns`, `rule`) may refuse: every record whose verdict the earlier pass made once
+        (`NetworkPass.once`), and every record a verdict of which reads a cache entry whose owner moved
+        (`moved`), an address whose claimants moved (`claimed`, and `terminal` for the namespaces no cache
+        entry names), the pods still starting (`pending_same`) or the static pods (`static_same`). The
+        namespaces whose cache entries' verdicts changed, and the veths whose namespace's verdict changed,
+        are added as those verdicts are made (`_Reads.netns_naming`, `_Reads.veths_peering`)."""
+        reads, entries = self.reads, self.ctx.inv.cni_cache
+        net = self.net
+        reservations: set[int] = set(reads.res_unbacked)
+        rules: set[int] = set(reads.rules_unbacked)
+        keyed: set[int] = set()
+        """Cache entries whose netns key the verdicts of that key (entries and namespaces) must read again."""
+        for m in self.moved:
+            cid = entries[m].container_id
+            reservations.update(reads.res_by_cid.get(cid, ()))
+            rules.update(reads.rules_by_cid.get(cid, ()))
+            keyed.add(m)
+        keys: set[str] = set()
+        for ip in self.claimed:
+            reservations.update(reads.res_by_ip.get(ip, ()))
+            for j in reads.entries_by_ip.get(ip, ()):
+                keyed.add(j)
+                rules.update(reads.rules_by_cid.get(entries[j].container_id, ()))
+            for cid in reads.cids_by_chain_ip.get(ip, ()):
+                rules.update(reads.rules_by_cid.get(cid, ()))
+            keys.update(reads.keys_by_address.get(ip, ()))
+        for ip in self.terminal:
+            keys.update(reads.keys_by_address.get(ip, ()))
+        keys.update(k for j in keyed if (k := reads.entry_keys[j]) is not None)
+        cache: set[int] = set(keyed)
+        netns: set[int] = set()
+        for key in keys:
+            cache.update(reads.entries_of_key.get(key, ()))
+            netns.update(reads.netns_of_key.get(key, ()))
+        if not self.static_same:
+            cache = set(range(len(entries)))
+        if not self.pending_same:
+            netns.update(reads.bare_netns)
+        if self.once:
+            reservations.update(_made_once(net.reservations[:len(self.ctx.inv.ip_reservations)], self.once))
+            cache.update(_made_once(net.cache_findings, self.once))
+            netns.update(_made_once(net.netns_findings, self.once))
+            rules.update(_made_once(net.rules, self.once))
+        return _Redo(reservations, cache, netns, rules)
 
     @classmethod
     def of(cls, ctx: Context, earlier: Earlier | None, main: Clock, part: Clock) -> _Again | None:
@@ -387,6 +575,135 @@ class _Again:
         return self._taken(found)
 
 
+def _made_once(found: Sequence[Finding], once: frozenset[int]) -> list[int]:
+    """The places of the verdicts among `found` that the earlier pass made once (`NetworkPass.once`)."""
+    return list(compress(range(len(found)), map(once.__contains__, map(id, found))))
+
+
+@dataclass(frozen=True)
+class _Redo:
+    """The places whose verdict `_network_again` asks again (`_Again.redo`)."""
+
+    reservations: set[int]
+    entries: set[int]
+    netns: set[int]
+    rules: set[int]
+    """Of the chains, then of the hostport rules (one run of places, as the pass reads them)."""
+
+
+@dataclass(frozen=True)
+class _Reads:
+    """Which records the `_Again` check of each network verdict reads, by place: a function of the records'
+    values and places alone, so it serves every scan whose network records equal the ones it was built from
+    (`_Again.of` takes verdicts only then), and a pass that takes verdicts from an earlier one hands it on.
+
+    What each check reads, and so where a change must send `_Again.redo`:
+    - a reservation (with a container id): the owners of its container's cache entries, the claimants of its
+      address; one whose container no cache entry has is never taken (`res_unbacked`);
+    - a cache entry: its own owner; if that owner is gone, the claimants of its addresses, the owners of
+      the entries naming its netns key, and the claimants of the addresses inside that key's namespace;
+      if absent, the static pods;
+    - a namespace with cache entries naming its key: those entries' owners and verdicts, the claimants of
+      their addresses and of the addresses inside the key's namespace; one no entry names, if mounted: the
+      pods still starting and the (terminal) claimants of its own addresses;
+    - a veth: the verdict on its peer namespace (by path);
+    - a rule (chain or hostport rule) with a container id: the owners of its container's cache entries and
+      the claimants of their addresses and of the addresses its rules name (`chain_ips`); one whose
+      container no cache entry has is never taken (`rules_unbacked`).
+    The maps below hold those records by what names them, over-approximated where that is simpler (every
+    entry of a container rather than those of its network, every record of a key rather than the one the
+    key's lookup finds): a place named needlessly is asked again, which costs a check, never a verdict."""
+
+    reserved_ips: frozenset[str]
+    res_by_cid: dict[str, tuple[int, ...]]
+    res_by_ip: dict[str, tuple[int, ...]]
+    """A reservation's address as written (as its check looks it up) -> its places."""
+    res_unbacked: tuple[int, ...]
+    entry_keys: tuple[str | None, ...]
+    """The netns key each cache entry names (`netns_key`), in order."""
+    entries_by_ip: dict[str, tuple[int, ...]]
+    entries_of_key: dict[str, tuple[int, ...]]
+    keys_by_address: dict[str, tuple[str, ...]]
+    """An address inside a namespace record -> the keys of the records holding it."""
+    netns_of_key: dict[str, tuple[int, ...]]
+    netns_paths: tuple[str, ...]
+    bare_netns: tuple[int, ...]
+    """The mounted namespaces no cache entry names."""
+    veths_by_peer: dict[str, tuple[int, ...]]
+    rules_by_cid: dict[str, tuple[int, ...]]
+    rules_unbacked: tuple[int, ...]
+    """Rules naming a container id no cache entry has (their verdicts are made once too: `NetworkPass.once`)."""
+    cids_by_chain_ip: dict[str, tuple[str, ...]]
+    """An address the rules of a container name (`Context.chain_ips`) -> those containers."""
+
+    @classmethod
+    def build(cls, ctx: Context) -> _Reads:
+        inv, by_container, by_netns = ctx.inv, ctx.cache.by_container, ctx.cache.by_netns
+        res_by_cid: dict[str, list[int]] = defaultdict(list)
+        res_by_ip: dict[str, list[int]] = defaultdict(list)
+        res_unbacked: list[int] = []
+        for i, r in enumerate(inv.ip_reservations):
+            if r.container_id is None:
+                continue
+            if not (r.container_id and by_container.get(r.container_id)):
+                res_unbacked.append(i)
+            res_by_cid[r.container_id].append(i)
+            res_by_ip[r.ip].append(i)
+        entries_by_ip: dict[str, list[int]] = defaultdict(list)
+        entries_of_key: dict[str, list[int]] = defaultdict(list)
+        entry_keys: list[str | None] = []
+        for i, e in enumerate(inv.cni_cache):
+            entry_keys.append(key := netns_key(e.netns))
+            if key is not None:
+                entries_of_key[key].append(i)
+            for ip in e.ips:
+                entries_by_ip[ip].append(i)
+        keys_by_address: dict[str, list[str]] = defaultdict(list)
+        netns_of_key: dict[str, list[int]] = defaultdict(list)
+        bare: list[int] = []
+        for i, (ns, key) in enumerate(zip(inv.netns, ctx.netns_keys, strict=True)):
+            netns_of_key[key].append(i)
+            for address in ns.addresses:
+                keys_by_address[address].append(key)
+            if ns.mounted and not by_netns.get(key):
+                bare.append(i)
+        veths_by_peer: dict[str, list[int]] = defaultdict(list)
+        for i, link in enumerate(inv.veths):
+            veths_by_peer[link.peer_netns_path or ""].append(i)
+        rules_by_cid: dict[str, list[int]] = defaultdict(list)
+        rules_unbacked: list[int] = []
+        named = [(c.container_id, c.network) for c in inv.chains]
+        named += [(h.container_id, h.network) for h in inv.hostport_rules]
+        for i, (cid, network) in enumerate(named):
+            if not cid:
+                continue
+            if not _cache_for(ctx, cid, network):
+                rules_unbacked.append(i)
+            rules_by_cid[cid].append(i)
+        cids_by_chain_ip: dict[str, list[str]] = defaultdict(list)
+        for cid, ips in ctx.chain_ips.items():
+            for ip in ips:
+                cids_by_chain_ip[ip].append(cid)
+        return cls(frozenset(r.ip for r in inv.ip_reservations), _held(res_by_cid), _held(res_by_ip),
+                   tuple(res_unbacked), tuple(entry_keys), _held(entries_by_ip), _held(entries_of_key),
+                   _held(keys_by_address), _held(netns_of_key), tuple(ns.path for ns in inv.netns), tuple(bare),
+                   _held(veths_by_peer), _held(rules_by_cid), tuple(rules_unbacked), _held(cids_by_chain_ip))
+
+    def netns_naming(self, entries: Iterable[int]) -> set[int]:
+        """The namespaces of the keys the cache entries at these places name."""
+        return {i for j in entries if (key := self.entry_keys[j]) is not None
+                for i in self.netns_of_key.get(key, ())}
+
+    def veths_peering(self, spaces: Iterable[int]) -> set[int]:
+        """The veths whose peer is at the path of a namespace at one of these places."""
+        return {i for j in spaces for i in self.veths_by_peer.get(self.netns_paths[j], ())}
+
+
+def _held(made: dict[str, list[_T]]) -> dict[str, tuple[_T, ...]]:
+    """A map of `_Reads` as it is kept from scan to scan: tuples, a third of the lists' size."""
+    return {key: tuple(values) for key, values in made.items()}
+
+
 def _touched_ips(now: tuple[Pod, ...], then: tuple[Pod, ...]) -> set[str] | None:
     """The addresses (normalized) of the pods listed now but not then or then but not now (`pod_changes`),
     when the pods listed both now and then are in the same order: the claimants of every other address
@@ -457,19 +774,41 @@ _ATTACHMENT = frozenset({Kind.IP_RESERVATION, Kind.CNI_CACHE, Kind.IPTABLES_CHAI
                          Kind.VETH, Kind.FIREWALL_RULE})
 
 
-def stand_or_fall_together(ctx: Context) -> None:
+@dataclass(frozen=True)
+class Stood:
+    """What `stand_or_fall_together` was given and made, and its groups (container id -> the places of its
+    parts), for the next correlation of the same kind (`Earlier.stood`)."""
+
+    before: tuple[Finding, ...]
+    after: tuple[Finding, ...]
+    groups: dict[str, tuple[int, ...]]
+
+
+def stand_or_fall_together(ctx: Context, earlier: Stood | None = None) -> Stood:
     """The parts of one network attachment (reservations, cache entries, chains, rules, netns, veth of one
     container id) stand or fall together: one part in use makes every part in use, one part kept for any
     other reason keeps the rest. Runs last, over every domain's verdicts: a CNI DEL of a container id
     releases all its reservations, so no part may go while another is kept. (A runtime sandbox itself is
-    not a part: the runtime removes it first, and its parts wait for that.)"""
+    not a part: the runtime removes it first, and its parts wait for that.)
+
+    `earlier`: what it made of an earlier correlation's findings (`Stood`). A group's outcome is a function
+    of its parts alone, in order (their places, their findings), and a group is the places of one container
+    id's parts: where every part of a group is the very finding it was then, at the same place, and no
+    other place joined or left it, its parts are what they became then. So with the findings as many as
+    then, only the groups of the places whose finding is not the very same (the container ids of the
+    finding there then and now) are worked out again; every other place takes what it became then."""
+    findings = ctx.findings
+    if earlier is not None and len(earlier.before) == len(findings):
+        changed = list(compress(range(len(findings)), map(operator.is_not, findings, earlier.before)))
+        if len(changed) * 4 < len(findings):
+            return _stand_again(ctx, earlier, changed)
+    before = tuple(findings)
     groups: dict[str, list[int]] = {}
     first_cls: dict[str, FindingClass] = {}
     mixed: dict[str, None] = {}
     """The container ids whose parts are not all of one class (parts of one class are all residue, none
     kept, or all kept alike, none weaker: nothing to do); in any order: a group reads and changes only its
     own parts."""
-    findings = ctx.findings
     for index, finding in enumerate(findings):
         if (cid := finding.owner.container_id) and finding.kind in _ATTACHMENT:
             group = groups.get(cid)
@@ -481,25 +820,58 @@ def stand_or_fall_together(ctx: Context) -> None:
                 if finding.cls is not first_cls[cid]:
                     mixed[cid] = None
     for cid in mixed:
-        indexes = groups[cid]
-        members = [findings[i] for i in indexes]
-        keeping = [f for f in members if not f.cls.is_residue]
-        if not keeping:
+        _stand_group(findings, cid, groups[cid])
+    return Stood(before, tuple(findings), {cid: tuple(places) for cid, places in groups.items()})
+
+
+def _stand_again(ctx: Context, earlier: Stood, changed: list[int]) -> Stood:
+    """`stand_or_fall_together` from `earlier`, the findings at the places `changed` not the very same."""
+    findings = ctx.findings
+    before = tuple(findings)
+    out = list(earlier.after)
+    moved: set[str] = set()
+    for i in changed:
+        out[i] = findings[i]
+        for f in (earlier.before[i], findings[i]):
+            if (cid := f.owner.container_id) and f.kind in _ATTACHMENT:
+                moved.add(cid)
+    groups = dict(earlier.groups)
+    at = set(changed)
+    for cid in moved:
+        places = [i for i in earlier.groups.get(cid, ()) if i not in at]
+        places += [i for i in changed if findings[i].owner.container_id == cid and findings[i].kind in _ATTACHMENT]
+        places.sort()
+        if not places:
+            groups.pop(cid, None)
             continue
-        in_use = next((f for f in keeping if f.cls is FindingClass.IN_USE), None)
-        ref = in_use or keeping[0]
-        cls = FindingClass.IN_USE if in_use else FindingClass.PROTECTED
-        # In use wins over protected too: the part's own reason to wait is moot when its sandbox is live.
-        weaker = {FindingClass.PROTECTED} if in_use else set()
-        changed = [i for i in indexes if ctx.findings[i].cls.is_residue or ctx.findings[i].cls in weaker]
-        if not changed:
-            continue
-        note = f"{ref.kind.value} {ref.id} of the same container {short(cid)} is {ref.cls.value}"
-        for i in changed:
-            old = ctx.findings[i]
-            ctx.findings[i] = Finding(cls, old.kind, old.id, ref.owner if in_use else old.owner,
-                                      ref.owner_state if in_use else old.owner_state, (*old.evidence, note),
-                                      netns=old.netns, ip=old.ip, sandbox=old.sandbox)
+        groups[cid] = tuple(places)
+        for i in places:
+            out[i] = findings[i]  # as given: the group is worked out from its parts as they are now
+        _stand_group(out, cid, places)
+    findings[:] = out
+    return Stood(before, tuple(out), groups)
+
+
+def _stand_group(findings: list[Finding], cid: str, indexes: Sequence[int]) -> None:
+    """One container id's parts (at `indexes`, in order): in use, or kept, all together."""
+    members = [findings[i] for i in indexes]
+    keeping = [f for f in members if not f.cls.is_residue]
+    if not keeping:
+        return
+    in_use = next((f for f in keeping if f.cls is FindingClass.IN_USE), None)
+    ref = in_use or keeping[0]
+    cls = FindingClass.IN_USE if in_use else FindingClass.PROTECTED
+    # In use wins over protected too: the part's own reason to wait is moot when its sandbox is live.
+    weaker = {FindingClass.PROTECTED} if in_use else set()
+    changed = [i for i in indexes if findings[i].cls.is_residue or findings[i].cls in weaker]
+    if not changed:
+        return
+    note = f"{ref.kind.value} {ref.id} of the same container {short(cid)} is {ref.cls.value}"
+    for i in changed:
+        old = findings[i]
+        findings[i] = Finding(cls, old.kind, old.id, ref.owner if in_use else old.owner,
+                              ref.owner_state if in_use else old.owner_state, (*old.evidence, note),
+                              netns=old.netns, ip=old.ip, sandbox=old.sandbox)
 
 
 def _container_mtime(ctx: Context, container_id: str) -> float | None:
@@ -531,7 +903,7 @@ def _resolve_container(ctx: Context, container_id: str, network: str | None) -> 
     return first
 
 
-def _reservation(ctx: Context, r: IPReservation, reserved_ips: set[str]) -> None:
+def _reservation(ctx: Context, r: IPReservation, reserved_ips: AbstractSet[str]) -> None:
     where = f"{r.network}/{r.ip}"
     evidence: tuple[str, ...] = (f"reservation names container {short(r.container_id)}",)
     finding: Finding
@@ -668,7 +1040,7 @@ def _network_backed_by_status(ctx: Context, network: str) -> bool:
     return backed
 
 
-def _status_conflicts(ctx: Context, reserved_ips: set[str]) -> None:
+def _status_conflicts(ctx: Context, reserved_ips: AbstractSet[str]) -> None:
     """Two live pods claiming one IP are reported even when no reservation file backs it."""
     for ip, pods in ctx.pods.claims.items():
         if len(pods) < 2 or ip in reserved_ips:

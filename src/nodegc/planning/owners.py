@@ -92,10 +92,16 @@ class PodIndex:
     status may show no IP or an old one (the creation race)."""
 
     @classmethod
-    def build(cls, desired: DesiredState, pods: tuple[Pod, ...] | None = None) -> PodIndex:
-        """`pods`: the desired state's pods as the index is to hold them (`planning.context.as_before`)."""
+    def build(cls, desired: DesiredState, pods: tuple[Pod, ...] | None = None, *,
+              earlier: tuple[PodIndex, tuple[Pod, ...]] | None = None) -> PodIndex:
+        """`pods`: the desired state's pods as the index is to hold them (`planning.context.as_before`).
+        `earlier`: an index and the pods it was built from, for `_again`."""
+        listed = desired.pods if pods is None else pods
+        if earlier is not None and (changes := pod_changes(listed, earlier[1])) is not None and (
+                8 * (len(changes[0]) + len(changes[1])) <= len(listed)):
+            return cls._again(listed, earlier[0], changes)
         index = cls()
-        for pod in desired.pods if pods is None else pods:
+        for pod in listed:
             index.by_uid[pod.uid] = pod
             if pod.static_uid:
                 index.by_uid.setdefault(pod.static_uid, pod)
@@ -116,6 +122,48 @@ class PodIndex:
         _right_sized(index.terminal_claims)
         return index
 
+    @classmethod
+    def _again(cls, pods: tuple[Pod, ...], then: PodIndex, changes: tuple[list[Pod], list[Pod]]) -> PodIndex:
+        """The index of `pods` made from `then`'s, the pods listed both times the very same objects in the
+        same order (`changes`: `pod_changes`, the pods added and removed; `build` asks this when they are
+        few, an eighth of the pods at most).
+
+        Each map's value for a key is a function of the pods that bear that key, in their order (by_uid:
+        the last pod of that UID, else the first mirror of that config hash; by_name: the pods of that name;
+        claims and terminal_claims: the pods claiming that address), so only the keys of the pods added or
+        removed can differ: they are dropped and made again over the pods in order, the rest kept. The
+        order of the addresses in `claims` is read (the conflicts of pod status are reported in it), so the
+        claims are taken whole only when no pod added or removed names an address, and made again otherwise;
+        `unsettled` is `then`'s when no pod added or removed is one, else filtered again in order."""
+        added, removed = changes
+        both = (*added, *removed)
+        uids = {u for p in both for u in (p.uid, p.static_uid) if u}
+        names = {(p.namespace, p.name) for p in both}
+        by_uid = dict(then.by_uid)
+        by_name = defaultdict(list, then.by_name)
+        for uid in uids:
+            by_uid.pop(uid, None)
+        for key in names:
+            by_name.pop(key, None)
+        named = {name for _, name in names}
+        for pod in pods:
+            if pod.uid in uids:
+                by_uid[pod.uid] = pod
+            if pod.static_uid and pod.static_uid in uids:
+                by_uid.setdefault(pod.static_uid, pod)
+            if pod.name in named and (key := (pod.namespace, pod.name)) in names:
+                by_name[key].append(pod)
+        if any(p.pod_ips for p in both):
+            claims, terminal_claims = _claims(pods)
+        else:
+            claims, terminal_claims = then.claims, then.terminal_claims
+        unsettled = then.unsettled
+        if any(_unsettled(p) for p in both):
+            keep = {id(p) for p in unsettled} - {id(p) for p in removed}
+            keep.update(id(p) for p in added if _unsettled(p))
+            unsettled = [p for p in pods if id(p) in keep]
+        return cls(by_uid, by_name, claims, terminal_claims, unsettled)
+
     resolved: dict[str, Resolution] = field(default_factory=dict, repr=False, compare=False)
     """`resolve_uid`'s answers so far: the index does not change once built."""
 
@@ -133,6 +181,30 @@ class PodIndex:
         owner = Owner(uid=uid, namespace=pod.namespace, name=pod.name)
         what = "static pod mirror" if uid != pod.uid else "pod"
         return Resolution(owner, pod.state, (f"{what} {pod.namespace}/{pod.name} uid {uid} is {pod.phase}",), pod)
+
+
+def _ips(pod: Pod) -> list[str]:
+    return [ip for ip in (normalize_ip(raw) for raw in pod.pod_ips) if ip]
+
+
+def _unsettled(pod: Pod) -> bool:
+    """As `PodIndex.build` tells a pod still starting."""
+    if pod.host_network or pod.state is OwnerState.TERMINAL:
+        return False
+    return not _ips(pod) or pod.state is not OwnerState.LIVE
+
+
+def _claims(pods: Iterable[Pod]) -> tuple[dict[str, list[Pod]], dict[str, list[Pod]]]:
+    """`PodIndex.claims` and `terminal_claims`, as `PodIndex.build` makes them."""
+    claims: dict[str, list[Pod]] = defaultdict(list)
+    terminal: dict[str, list[Pod]] = defaultdict(list)
+    for pod in pods:
+        if pod.host_network:
+            continue
+        into = terminal if pod.state is OwnerState.TERMINAL else claims
+        for ip in _ips(pod):
+            into[ip].append(pod)
+    return claims, terminal
 
 
 def pod_changes(now: tuple[Pod, ...], then: tuple[Pod, ...]) -> tuple[list[Pod], list[Pod]] | None:

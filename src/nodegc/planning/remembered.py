@@ -15,7 +15,12 @@ the same and the time answers its questions alike, and, when the network records
 network verdict whose lookups find the very same owners and claimants (`planning.network._Again`): a node
 whose pods change every cycle. What moved is worked out once per correlation, not per verdict: the cache
 entries whose owner is not the very same, and the addresses whose claimants are not (looked for among the
-addresses of the pods added or removed, when the pods listed both times keep their order). A pod equal by
+addresses of the pods added or removed, when the pods listed both times keep their order). A first pass
+then asks that check only of the records a change can reach, found through an index of what each check
+reads (`planning.network._Reads`, kept while the records are equal), and takes every other verdict in bulk
+(`planning.network._network_again`); the index of the pods is made from the one before when few pods came
+or went (`planning.owners.PodIndex`), and the rule that an attachment's parts stand or fall together works
+out again only the groups whose parts changed (`planning.network.Stood`). A pod equal by
 value to the earlier one of its UID is that earlier object (`planning.context.as_before`: a source that
 makes every pod anew, a list or a snapshot parsed again, loses nothing), and the indexes that depend on
 the records alone (the cache entries', the netns keys, the addresses the rules name) are taken with them.
