@@ -9,11 +9,13 @@ fed the real readers' problems, the metrics registry."""
 
 from __future__ import annotations
 
-from collections.abc import MutableMapping
+import logging
+from collections.abc import Iterator, MutableMapping
 from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog
 from structlog.testing import capture_logs
 
 from nodegc.hostio import netlink
@@ -30,6 +32,16 @@ from tests.unit.factories import NOW
 from tests.unit.test_proven_judgement import Scripted, engine
 
 pytestmark = pytest.mark.host
+
+
+@pytest.fixture(autouse=True)
+def _warnings_pass() -> Iterator[None]:
+    """The warnings reach the capture whatever level an earlier test left configured: a one-shot command run
+    in this process (`nodegc scan`) logs from error up, and `capture_logs` keeps the level's filter."""
+    old = structlog.get_config()["wrapper_class"]
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.DEBUG))
+    yield
+    structlog.configure(wrapper_class=old)
 
 
 def _gauge(metrics: Metrics) -> dict[tuple[str, str], float]:
