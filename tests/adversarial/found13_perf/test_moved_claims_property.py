@@ -6,7 +6,7 @@ of addresses whose claimants moved the shortcut gives must be the one a full com
 
 from __future__ import annotations
 
-from dataclasses import replace
+import functools
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from nodegc.model.pods import DesiredState, Pod
 from nodegc.planning.network import _moved_claims, _touched_ips
 from nodegc.planning.owners import PodIndex
+from tests.adversarial.pod_listings import pod_listings
 from tests.unit.factories import NOW
 
 _IPS = ("10.0.0.1", "10.0.0.2", "10.0.0.3", "fd00::1", "FD00::1", "fd00:0::1", "10.0.0.01", "")
@@ -26,25 +27,8 @@ _pods = st.builds(
     static_uid=st.sampled_from((None, None, "a", "hash")))
 
 
-@st.composite
-def _listings(draw: st.DrawFn) -> tuple[tuple[Pod, ...], tuple[Pod, ...]]:
-    then = draw(st.lists(_pods, max_size=6))
-    now: list[Pod] = []
-    for pod in then:
-        what = draw(st.sampled_from(("keep", "keep", "keep", "copy", "drop", "change", "twice")))
-        if what == "keep":
-            now.append(pod)
-        elif what == "copy":
-            now.append(replace(pod))
-        elif what == "change":
-            now.append(draw(_pods))
-        elif what == "twice":
-            now += [pod, pod]
-    now += draw(st.lists(_pods, max_size=2))
-    if draw(st.booleans()) and len(now) > 1:
-        i, j = draw(st.integers(0, len(now) - 1)), draw(st.integers(0, len(now) - 1))
-        now[i], now[j] = now[j], now[i]
-    return tuple(now), tuple(then)
+_listings = functools.partial(pod_listings, _pods, max_then=6, keep_weight=3, insert_anywhere=False,
+                              swap=st.booleans())
 
 
 def _index(pods: tuple[Pod, ...]) -> PodIndex:

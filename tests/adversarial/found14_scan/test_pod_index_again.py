@@ -7,13 +7,14 @@ are reported in it)."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+import functools
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nodegc.model.pods import DesiredState, Pod
 from nodegc.planning.owners import PodIndex, pod_changes
+from tests.adversarial.pod_listings import pod_listings
 from tests.unit.factories import NOW
 
 _IPS = ("10.0.0.1", "10.0.0.2", "10.0.0.3", "fd00::1", "FD00::1", "10.0.0.01", "")
@@ -26,26 +27,8 @@ _pods = st.builds(
     static_uid=st.sampled_from((None, None, "a", "hash")))
 
 
-@st.composite
-def _listings(draw: st.DrawFn) -> tuple[tuple[Pod, ...], tuple[Pod, ...]]:
-    then = draw(st.lists(_pods, min_size=0, max_size=30))
-    now: list[Pod] = []
-    for pod in then:
-        what = draw(st.sampled_from(("keep",) * 12 + ("copy", "drop", "change", "twice")))
-        if what == "keep":
-            now.append(pod)
-        elif what == "copy":
-            now.append(replace(pod))
-        elif what == "change":
-            now.append(draw(_pods))
-        elif what == "twice":
-            now += [pod, pod]
-    for pod in draw(st.lists(_pods, max_size=2)):
-        now.insert(draw(st.integers(0, len(now))), pod)
-    if draw(st.integers(0, 9)) == 0 and len(now) > 1:
-        i, j = draw(st.integers(0, len(now) - 1)), draw(st.integers(0, len(now) - 1))
-        now[i], now[j] = now[j], now[i]
-    return tuple(now), tuple(then)
+_listings = functools.partial(pod_listings, _pods, max_then=30, keep_weight=12, insert_anywhere=True,
+                              swap=st.integers(0, 9).map(lambda n: n == 0))
 
 
 def _index(pods: tuple[Pod, ...], earlier: tuple[PodIndex, tuple[Pod, ...]] | None = None) -> PodIndex:
