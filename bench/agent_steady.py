@@ -11,7 +11,9 @@ source started), before any cycle: what the cycles add is the rest; `rss_parts_m
 after the run sits (`rss_parts_mib()`). Each setup runs `--repeat` times (a
 fresh agent and ledger each time) on the same node, and the medians are reported beside every run's
 figures: CPU time, not wall time, so other work on the machine slows a cycle but does not change its
-figure much. Prints JSON.
+figure much. `--pods` may name several counts (`--pods 110,250,500,1000`): the node grows to each in turn,
+every setup is measured at each (under `sizes`), and `sizing` fits each setup's RSS to a line, its floor and
+its cost per pod, for sizing the agent's memory request. Prints JSON.
 
 Setups (`--setups`, comma-separated):
 - `snapshot`: the pods from a snapshot file kept fresh (touched every second);
@@ -451,9 +453,38 @@ def summary(runs: list[dict[str, Any]], args: argparse.Namespace) -> dict[str, A
     return {**out, "runs": runs}
 
 
+def pod_counts(text: str) -> list[int]:
+    try:
+        counts = sorted({int(x) for x in text.split(",") if x.strip()})
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a pod count or a comma-separated list of them: {text!r}") from None
+    if not counts or counts[0] < 1:
+        raise argparse.ArgumentTypeError(f"pod counts must be 1 or more: {text!r}")
+    return counts
+
+
+def sizing(sizes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each setup's RSS after the run against the pod count, fitted by least squares to a straight line:
+    `floor_mib` (the line at no pod) and `kib_per_pod`, beside the measured points, for sizing the agent's
+    memory request on nodes of other sizes."""
+    fits = []
+    for setup in [s["setup"] for s in sizes[0]["setups"] if "rss_mib" in s]:
+        points = [(size["pods"], s["rss_mib"]) for size in sizes for s in size["setups"]
+                  if s["setup"] == setup and "rss_mib" in s]
+        mean_x = statistics.fmean(x for x, _ in points)
+        mean_y = statistics.fmean(y for _, y in points)
+        slope = (sum((x - mean_x) * (y - mean_y) for x, y in points)
+                 / sum((x - mean_x) ** 2 for x, _ in points))
+        fits.append({"setup": setup, "points_pods_rss_mib": points, "floor_mib": round(mean_y - slope * mean_x, 1),
+                     "kib_per_pod": round(slope * 1024, 1)})
+    return fits
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--pods", type=int, default=1000)
+    parser.add_argument("--pods", type=pod_counts, default=[1000], metavar="N[,N...]",
+                        help="live pods on the node; several counts (`110,250,500,1000`): the node grows to each"
+                             " in turn, every setup is measured at each, and `sizing` fits RSS to the count")
     parser.add_argument("--cycles", type=int, default=10, help="cycles measured after the warm-up")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--repeat", type=int, default=3, help="agents run one after another per setup (medians)")
@@ -487,25 +518,30 @@ def main() -> int:
         parser.error(f"unknown setups {unknown}: choose from {', '.join(SETUPS)}")
     configure_logging("error")
     load_before = os.getloadavg()
+    sizes: list[dict[str, Any]] = []
     with SandboxNode.create() as node:
-        started = time.perf_counter()
-        pods = [node.add_pod(f"pod-{i}", volumes=("data",), host_port=10000 + i if i % 10 == 0 else None)
-                for i in range(args.pods)]
-        build_s = time.perf_counter() - started
-        results = []
-        for setup in setups:
-            with ExitStack() as stack:
-                results.append(measure_setup(setup, node, pods, args, stack))
-    doc = {
+        pods: list[Any] = []
+        for count in args.pods:  # one node, grown to each count in turn
+            started = time.perf_counter()
+            pods += [node.add_pod(f"pod-{i}", volumes=("data",), host_port=10000 + i if i % 10 == 0 else None)
+                     for i in range(len(pods), count)]
+            build_s = time.perf_counter() - started
+            results = []
+            for setup in setups:
+                with ExitStack() as stack:
+                    results.append(measure_setup(setup, node, pods, args, stack))
+            sizes.append({"pods": count, "build_seconds": round(build_s, 1), "setups": results})
+    doc: dict[str, Any] = {
         "benchmark": "agent_steady",
         "cpus": os.cpu_count(),
         "load_average_before_after": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
-        "pods": args.pods,
         "api_pods": args.api_pods,
-        "build_seconds": round(build_s, 1),
         "interval_seconds": args.interval,
-        "setups": results,
     }
+    if len(sizes) == 1:
+        doc |= sizes[0]
+    else:
+        doc |= {"sizes": sizes, "sizing": sizing(sizes)}
     json.dump(doc, sys.stdout, indent=2)
     sys.stdout.write("\n")
     return 0
