@@ -456,12 +456,12 @@ class Engine:
         and the graces start again from this node's own scans. A ledger with no node recorded (new, or
         written before the node was) is taken as this node's and gets it recorded.
 
-        `node` is the desired state's (--node, $NODE_NAME, the hostname, or the node a snapshot names). Every
-        cycle that folds a scan into the ledger has one, since the fold follows a usable desired state; a
-        cycle without a desired state only moves detected items away from their mark (`_unknown`), which is
-        safe whosever they are, and the readers (history, explain) never write. So no fold runs without a
-        node to compare, and a name is compared exactly as given: any difference, even of spelling (a
-        hostname against $NODE_NAME), starts the history again, which delays reclaim and never hastens it."""
+        Where no node name is known, nothing is folded: `node` is the desired state's (--node, else
+        $NODE_NAME, else the node a snapshot file names, else the hostname), and every fold of a scan into
+        the ledger follows a usable desired state; a cycle without one only moves detected items away from
+        their mark (`_unknown`), which is safe whosever they are, and the readers (history, explain) never
+        write. A name is compared exactly as given: any difference, even of spelling (the hostname where
+        $NODE_NAME was set before), starts the history again, which delays reclaim and never hastens it."""
         if node == self._ledger_node:
             return
         recorded = self.ledger.recorded_node()

@@ -325,8 +325,8 @@ def other_node(items: Mapping[str, Item], *, recorded: str, node: str) -> list[T
     and marks are a photograph of that node: a resource of the same identity here (the same pod CIDR gives
     the same addresses and chain names) must not inherit them. Released, not closed: whether anything of
     that node is gone is not known here; and not acted on. This node's own scans begin its items again."""
-    why = (f"the ledger was node {recorded!r}'s, not this node's ({node!r}): its scans and grace say nothing"
-           " here and start again from this node's own")
+    why = (f"the ledger was kept on node {recorded!r}, not on this one ({node!r}): its scans in a row and grace"
+           " say nothing here and start again from this node's own")
     return [Transition(dataclasses.replace(item, phase=Phase.RELEASED), item.phase, why)
             for item in items.values() if not item.phase.final]
 
