@@ -52,9 +52,11 @@ class NodeSource(Source):
     def __init__(self, clock: Clock, node: str) -> None:
         super().__init__(clock)
         self.node = node
+        self.then: list[str] = []
+        """The nodes of the next fetches, before `node` again."""
 
     def fetch(self) -> DesiredState:
-        return dataclasses.replace(super().fetch(), node=self.node)
+        return dataclasses.replace(super().fetch(), node=self.then.pop(0) if self.then else self.node)
 
 
 class Node:
@@ -62,7 +64,8 @@ class Node:
     directory beside a live pod's); cycles 30 s apart on the shared clock."""
 
     def __init__(self, clock: Clock, db: Path, node: str) -> None:
-        self.clock, self.db, self.node = clock, db, node
+        self.clock, self.db = clock, db
+        self.source = NodeSource(clock, node)
         self.metrics = Metrics()
         self.executor = DryRunExecutor()
         self.acted: list[int] = []
@@ -76,7 +79,7 @@ class Node:
 
         out: list[Item | None] = []
         with Ledger(self.db) as ledger:
-            engine = Engine(roots=Roots(), source=NodeSource(self.clock, self.node), ledger=ledger,
+            engine = Engine(roots=Roots(), source=self.source, ledger=ledger,
                             executor=self.executor, metrics=self.metrics, clock=self.clock, scanner=scan,
                             settings=EngineSettings(phases=PhasePolicy(consecutive_scans=K, grace_seconds=GRACE),
                                                     correlation=CorrelationPolicy(min_age_seconds=0)),
@@ -111,8 +114,8 @@ def test_node_b_reclaims_nothing_before_its_own_k_scans_and_grace(tmp_path: Path
     item = _node_a_marked(clock, db)
     if left is not Phase.MARKED:  # a checkpoint a crash interrupted; a failed step whose backoff has passed
         with Ledger(db) as ledger:
-            ledger.apply([Transition(dataclasses.replace(item, phase=left, next_attempt=0.0), item.phase, "a")],
-                         now=clock.t)
+            ledger.apply([Transition(dataclasses.replace(item, phase=left, next_attempt=0.0), item.phase,
+                                     "as node A left it")], now=clock.t)
     b = Node(clock, db, "node-b")
     with capture_logs() as logs:
         seen = b.cycles(4)
@@ -175,3 +178,16 @@ def test_the_running_orphans_first_seen_times_of_another_node_are_forgotten(tmp_
         # On node A's first-seen time its grace would be over now.
         assert tracker(ledger).observe([finding(A)], T0 + ORPHAN_GRACE, view=view(sandbox(A))) == []
         assert ledger.running_orphans()[A].first_seen == T0 + ORPHAN_GRACE
+
+
+def test_a_desired_state_of_another_node_at_terminate_acts_on_nothing(tmp_path: Path) -> None:
+    """One process whose desired state names another node from one fetch to the next (a snapshot file
+    replaced by another node's, its node inferred): the candidates taken before are the other node's."""
+    clock, db = Clock(), tmp_path / "ledger.db"
+    a = Node(clock, db, "node-a")
+    a.cycles(3)
+    a.source.then = ["node-a", "node-b"]  # the cycle's detect, then terminate's fresh read
+    seen = a.cycles(1)
+    assert a.acted == [0, 0, 0, 0], a.executor.actions
+    assert seen[0] is not None and seen[0].phase is Phase.RELEASED
+    assert a.taken_over() == 1
