@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import sqlite3
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from nodegc.ledger.store import SCHEMA_VERSION, Ledger, LedgerError
+from nodegc.ledger.store import SCHEMA_VERSION, Ledger, LedgerError, OrphanSeen
 from nodegc.model.items import Item, Phase
 from nodegc.model.resources import Kind
 from nodegc.planning.phases import Transition
@@ -84,6 +85,7 @@ def test_a_ledger_of_the_first_schema_is_migrated_with_its_items_and_history(tmp
                                                                                            "busy")
         assert failed.identity == (("container_id", "c1"), ("inode", "7"))
         assert [r.reason for r in ledger.history()] == ["seen orphaned: leaked_ip", "confirmed absent after clean"]
+        assert ledger.recorded_node() is None  # written before the node was recorded: the engine records it
         ledger.apply([Transition(item("pod_dir:/k/pods/u3", Phase.DETECTED, last_seen=300.0), None, "seen")],
                      now=300.0)
     db = sqlite3.connect(path)
@@ -100,6 +102,25 @@ def test_a_new_ledger_is_created_at_the_current_version(tmp_path: Path) -> None:
         assert ledger.schema_version == SCHEMA_VERSION
     with Ledger(":memory:") as memory:
         assert memory.schema_version == SCHEMA_VERSION
+
+
+def test_the_node_recorded_and_a_take_over_in_one_transaction(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.db"
+    with Ledger(path) as ledger:
+        assert ledger.recorded_node() is None
+        ledger.record_node("node-\udcff")  # a name from argv in the os.fsdecode convention comes back as given
+        assert ledger.recorded_node() == "node-\udcff"
+        open_item = item("pod_dir:/k/pods/u1", Phase.MARKED, last_seen=100.0)
+        ledger.apply([Transition(open_item, None, "seen")], now=100.0)
+        ledger.save_running_orphans(seen={"s1": OrphanSeen(first_seen=100.0, pod_uid="u", created_at="")})
+        released = Transition(replace(open_item, phase=Phase.RELEASED), Phase.MARKED, "the ledger was another's")
+        ledger.take_over("node-b", [released], now=200.0)
+    with Ledger(path) as ledger:
+        assert ledger.recorded_node() == "node-b"
+        assert ledger.items()["pod_dir:/k/pods/u1"].phase is Phase.RELEASED
+        assert [(h.to_phase, h.reason, h.at) for h in ledger.history()][-1] == (
+            "released", "the ledger was another's", 200.0)
+        assert ledger.running_orphans() == {}
 
 
 def test_a_ledger_of_a_newer_nodegc_is_refused(tmp_path: Path) -> None:

@@ -59,6 +59,7 @@ from nodegc.planning.phases import (
     back_to_detect,
     due,
     identity_of,
+    other_node,
     reconcile,
     refused,
     resources,
@@ -84,6 +85,7 @@ class MetricsSink(Protocol):
     def marked(self, counts: dict[str, int]) -> None: ...
     def items(self, counts: dict[tuple[str, str], int]) -> None: ...
     def ledger_error(self) -> None: ...
+    def ledger_taken_over(self) -> None: ...
     def desired_age(self, seconds: float) -> None: ...
     def protected(self, counts: dict[str, int]) -> None: ...
     def ranges(self, statuses: Sequence[RangeStatus]) -> None: ...
@@ -117,6 +119,9 @@ class NullMetrics:
         pass
 
     def ledger_error(self) -> None:
+        pass
+
+    def ledger_taken_over(self) -> None:
         pass
 
     def desired_age(self, seconds: float) -> None:
@@ -193,6 +198,8 @@ class Engine:
         self.scanner = scanner
         self.node: str | None = None
         """The node the desired state is about, learned from the first fetch."""
+        self._ledger_node: str | None = None
+        """The node the ledger was last found or made to belong to (`_own_ledger`)."""
         self.ip_ranges = RangeTracker()
         self.orphans = RunningOrphans(
             grace_seconds=self.settings.running_orphan_grace_seconds, store=ledger,
@@ -434,10 +441,43 @@ class Engine:
             # From the future: the wall clock stepped back, so its age says nothing. Wait for fresh data.
             self._block(report, "stale_source", f"desired state is dated {-age:.0f}s in the future")
             return None
+        self._own_ledger(desired.node)
         if not self._had_desired:
             self._had_desired = True
             self._restart_gap()
         return desired
+
+    def _own_ledger(self, node: str) -> None:
+        """Before anything is judged on the ledger: its history is `node`'s own, or is made to start again.
+
+        A ledger recorded for another node is taken over (`planning.phases.other_node`): its open items are
+        released with a reason naming that node, its running orphans' first-seen times forgotten, and `node`
+        recorded, in one transaction; nothing destructive follows from its history, and the scans in a row
+        and the graces start again from this node's own scans. A ledger with no node recorded (new, or
+        written before the node was) is taken as this node's and gets it recorded.
+
+        Where no node name is known, nothing is folded: `node` is the desired state's (--node, else
+        $NODE_NAME, else the node a snapshot file names, else the hostname), and every fold of a scan into
+        the ledger follows a usable desired state; a cycle without one only moves detected items away from
+        their mark (`_unknown`), which is safe whosever they are, and the readers (history, explain) never
+        write. A name is compared exactly as given: any difference, even of spelling (the hostname where
+        $NODE_NAME was set before), starts the history again, which delays reclaim and never hastens it."""
+        if node == self._ledger_node:
+            return
+        recorded = self.ledger.recorded_node()
+        if recorded is None:
+            self.ledger.record_node(node)
+        elif recorded != node:
+            now = self.clock()
+            releases = other_node(self.ledger.items(active_only=True), recorded=recorded, node=node)
+            self.ledger.take_over(node, releases, now=now)
+            self.orphans.forget_all()
+            _log_transitions(releases)
+            log.warning("ledger of another node taken over: its open items released; scans in a row and graces"
+                        " start again from this node's own scans", ledger=self.ledger.path, recorded_node=recorded,
+                        node=node, items=len(releases))
+            self.metrics.ledger_taken_over()
+        self._ledger_node = node
 
     def _restart_gap(self) -> None:
         """At a process's first usable desired state: the restart's gap spans a persisted streak only while it
@@ -504,9 +544,12 @@ class Engine:
 
     def _terminate(self, candidates: list[Item], report: CycleReport) -> list[tuple[Item, Resource]]:
         """Re-verify right before acting: a fresh desired state, a fresh host read, a live GET per owner."""
+        node = self.node
         fresh = self._fresh_desired(report)
         desired = self._proven(fresh, report) if fresh is not None else None
-        if desired is None:
+        if desired is None or desired.node != node:
+            # A desired state of another node than the cycle's took the ledger over (`_own_ledger`): the
+            # candidates were that node's items.
             return []
         inventory, findings = self._scan(desired)
         inventory = self._checked(inventory, desired, report)
@@ -733,11 +776,7 @@ class Engine:
         if not transitions:
             return
         self.ledger.apply(transitions, now=now)
-        for t in transitions:
-            if t.phase_changed:
-                log.info("transition", item=t.item.key, kind=t.item.kind.value,
-                         from_phase=t.previous.value if t.previous else None, to_phase=t.item.phase.value,
-                         reason=t.reason)
+        _log_transitions(transitions)
 
     def _checkpoint(self, verified: list[tuple[Item, Resource]], now: float,
                     settled: Sequence[Transition] = ()) -> list[tuple[Item, Resource]]:
@@ -783,6 +822,14 @@ def orphan_shims(inventory: Inventory, findings: Sequence[Finding]) -> list[Find
     shims = {left.path for left in view.leftovers if left.what == "shim" and not left.problem} if view else set()
     return [f for f in findings if f.kind is Kind.RUNTIME_LEFTOVER and f.id in shims
             and f.cls in (FindingClass.RUNTIME_LEFTOVER, FindingClass.ORPHANED_SHIM)]
+
+
+def _log_transitions(transitions: Sequence[Transition]) -> None:
+    for t in transitions:
+        if t.phase_changed:
+            log.info("transition", item=t.item.key, kind=t.item.kind.value,
+                     from_phase=t.previous.value if t.previous else None, to_phase=t.item.phase.value,
+                     reason=t.reason)
 
 
 def _residue_identities(inventory: Inventory, findings: Sequence[Finding]) -> dict[str, Identity]:

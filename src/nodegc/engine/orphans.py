@@ -112,6 +112,13 @@ class RunningOrphans:
             self._save(changed, forget)
         return due
 
+    def forget_all(self) -> None:
+        """Forget every first-seen time this process holds (the ledger's were dropped with it: a ledger of
+        another node taken over, `Ledger.take_over`): the graces start again from this node's own sightings."""
+        self.first_seen = {}
+        self.sandboxes = {}
+        self._unsaved_forgets.clear()
+
     def _load(self) -> dict[str, OrphanSeen]:
         if self.store is None:
             return dict(self.first_seen)

@@ -8,6 +8,10 @@ Every failure, whatever SQLite or the file system says, is raised as LedgerError
 the agent loop can count it, skip the cycle and go on. The schema carries a version: an older ledger is
 migrated on open, one written by a newer nodegc is refused. Retention prunes closed and released items and
 history rows older than the retention age, except the history of items still active.
+
+A ledger belongs to one node (`recorded_node`, in meta): what it says is a photograph of that node. The
+engine records its node into a ledger that has none and takes over one recorded for another node
+(`take_over`: its open items released, its running orphans forgotten) before it judges anything on it.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from typing import Any, Protocol
 from nodegc.model.items import Identity, Item, Phase
 from nodegc.model.resources import Kind
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 PRUNE_INTERVAL_SECONDS = 3600.0
 """Retention runs at most this often, on a write."""
 
@@ -86,6 +90,10 @@ MIGRATIONS: dict[int, tuple[str | _AddColumn, ...]] = {
     # The boot a running orphan was first seen in and CLOCK_BOOTTIME then: on the same boot its grace is
     # measured on that clock, which a wall-clock step does not move. NULL (a row schema 3 wrote): the wall clock.
     4: (_AddColumn("running_orphans", "boot_id", "TEXT"), _AddColumn("running_orphans", "boottime", "REAL")),
+    # The node the ledger belongs to: a row ('node', <name>) of meta, written by the engine at its first usable
+    # desired state; no DDL. The version says a nodegc that checks it wrote the ledger: an older one, which
+    # would read another node's history as its own, refuses it. A ledger migrated from 4 has no node yet.
+    5: (),
 }
 """The steps that take a ledger from version N-1 to N; a new ledger runs them all after the base schema. Each
 is idempotent (a ledger whose version was set back by hand to run an older nodegc, docs/runbook.md, is
@@ -265,20 +273,32 @@ class Ledger:
     def apply(self, transitions: Iterable[Change], *, now: float) -> None:
         """Persist transitions in one transaction; history gets a row for every phase change."""
         with self._tx() as db:
-            for t in transitions:
-                db.execute(_UPSERT_ITEM, _row(t.item))
-                if t.phase_changed:
-                    owner = _owner_label(t.item)
-                    db.execute(
-                        "INSERT INTO history (key, kind, at, from_phase, to_phase, reason, owner)"
-                        " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                        tuple(_enc(v) for v in (
-                            t.item.key, t.item.kind.value, now, t.previous.value if t.previous else None,
-                            t.item.phase.value, t.reason[:2000], owner)),
-                    )
+            _write(db, transitions, now)
         if self.retention_seconds is not None and now - self._pruned_at >= PRUNE_INTERVAL_SECONDS:
             self._pruned_at = now  # a failing prune is retried an interval later, not on every write
             self.prune(before=now - self.retention_seconds)
+
+    def recorded_node(self) -> str | None:
+        """The node this ledger belongs to; None: none recorded yet (a new ledger, or one of schema 4 or older,
+        written before the node was recorded)."""
+        rows = self._read("SELECT value FROM meta WHERE key = 'node'")
+        return str(_dec(rows[0][0])) if rows else None
+
+    def record_node(self, node: str) -> None:
+        """Record `node` as the node this ledger belongs to (one that has none: its history is taken as
+        `node`'s)."""
+        with self._tx("node") as db:
+            db.execute("INSERT OR REPLACE INTO meta VALUES ('node', ?)", (_enc(node),))
+
+    def take_over(self, node: str, releases: Iterable[Change], *, now: float) -> None:
+        """Make a ledger recorded for another node `node`'s, in one transaction: `releases` (that node's open
+        items, released: `planning.phases.other_node`) written, every running orphan's first-seen time
+        forgotten, and `node` recorded. A crash before the commit leaves the other node recorded, and the
+        next start takes it over again."""
+        with self._tx("take over") as db:
+            _write(db, releases, now)
+            db.execute("DELETE FROM running_orphans")
+            db.execute("INSERT OR REPLACE INTO meta VALUES ('node', ?)", (_enc(node),))
 
     def running_orphans(self) -> dict[str, OrphanSeen]:
         """The first-seen record of every running orphan, by sandbox id."""
@@ -339,6 +359,20 @@ class Ledger:
         rows = self._read(_SELECT_HISTORY + where + " ORDER BY id DESC LIMIT ?", [*args, limit])
         return [HistoryRow(_shown(r[0]), _shown(r[1]), r[2], _shown_opt(r[3]), _shown(r[4]), _shown(r[5]),
                            _shown_opt(r[6])) for r in reversed(rows)]
+
+
+def _write(db: sqlite3.Connection, transitions: Iterable[Change], now: float) -> None:
+    for t in transitions:
+        db.execute(_UPSERT_ITEM, _row(t.item))
+        if t.phase_changed:
+            owner = _owner_label(t.item)
+            db.execute(
+                "INSERT INTO history (key, kind, at, from_phase, to_phase, reason, owner)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                tuple(_enc(v) for v in (
+                    t.item.key, t.item.kind.value, now, t.previous.value if t.previous else None,
+                    t.item.phase.value, t.reason[:2000], owner)),
+            )
 
 
 def _migrate(db: sqlite3.Connection, step: str | _AddColumn) -> None:

@@ -84,6 +84,10 @@ class Metrics:
         self.ledger_errors = Counter(
             "nodegc_ledger_errors", "Ledger writes or reads that failed.", registry=r
         )
+        self.ledger_takeovers = Counter(
+            "nodegc_ledger_taken_over",
+            "Ledgers found recorded for another node and taken over for this one: their open items released, the"
+            " running orphans' first-seen times forgotten; scans in a row and graces start again.", registry=r)
         self.read_problems = Counter(
             "nodegc_read_problems", "Items the readers could not read, by resource kind.", ["kind"],
             registry=r,
@@ -225,6 +229,9 @@ class Metrics:
 
     def ledger_error(self) -> None:
         self.ledger_errors.inc()
+
+    def ledger_taken_over(self) -> None:
+        self.ledger_takeovers.inc()
 
     def desired_age(self, seconds: float) -> None:
         self.desired_state_age.set(seconds)

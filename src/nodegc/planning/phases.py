@@ -319,6 +319,18 @@ def _closed(items: Mapping[str, Item], seen: set[str], *, now: float, blind: Bli
     return out
 
 
+def other_node(items: Mapping[str, Item], *, recorded: str, node: str) -> list[Transition]:
+    """Release every open item of a ledger recorded for another node (a state directory carried to a node of
+    another name, a copied disk image, a hostPath shared by mistake). Its scans in a row, first-seen times
+    and marks are a photograph of that node: a resource of the same identity here (the same pod CIDR gives
+    the same addresses and chain names) must not inherit them. Released, not closed: whether anything of
+    that node is gone is not known here; and not acted on. This node's own scans begin its items again."""
+    why = (f"the ledger was kept on node {recorded!r}, not on this one ({node!r}): its scans in a row and grace"
+           " say nothing here and start again from this node's own")
+    return [Transition(dataclasses.replace(item, phase=Phase.RELEASED), item.phase, why)
+            for item in items.values() if not item.phase.final]
+
+
 STREAK_BROKEN = "the desired state was not proven current for acting: its scans in a row start again"
 
 
