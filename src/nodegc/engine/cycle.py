@@ -442,6 +442,7 @@ class Engine:
             self._block(report, "stale_source", f"desired state is dated {-age:.0f}s in the future")
             return None
         self._own_ledger(desired.node)
+        self._own_window(desired.node)
         if not self._had_desired:
             self._had_desired = True
             self._restart_gap()
@@ -478,6 +479,20 @@ class Engine:
                         node=node, items=len(releases))
             self.metrics.ledger_taken_over()
         self._ledger_node = node
+
+    def _own_window(self, node: str) -> None:
+        """The IP range forecast's window is `node`'s, as the ledger is (`_own_ledger`): one restored from a copy
+        recorded for another node (the agent's `ip-ranges.json`, carried over with the state directory) is
+        started afresh before this cycle's scan feeds it, so that node's leaks, peaks and rates say nothing
+        of this node's forecast, node condition or order of reclaim. A window with no node recorded is taken
+        as this node's."""
+        recorded = self.ip_ranges.node
+        if recorded == node:
+            return
+        dropped = self.ip_ranges.own(node)
+        if recorded is not None:
+            log.warning("IP range window of another node started afresh", recorded_node=recorded, node=node,
+                        samples=dropped)
 
     def _restart_gap(self) -> None:
         """At a process's first usable desired state: the restart's gap spans a persisted streak only while it

@@ -10,13 +10,10 @@ everything starts again from this node's own scans."""
 from __future__ import annotations
 
 import dataclasses
-import logging
 import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import structlog
 from structlog.testing import capture_logs
 
 from nodegc.engine.cycle import Engine, EngineSettings
@@ -36,16 +33,6 @@ from tests.unit.test_running_orphans import T0, A, finding, sandbox, tracker, vi
 
 K, GRACE = 3, 90.0
 """Marked at the 4th sighting: the 3rd makes K, the grace (3 intervals) is met only at the 4th."""
-
-
-@pytest.fixture(autouse=True)
-def _warnings_pass() -> Iterator[None]:
-    """The warning reaches the capture whatever level an earlier test left configured: a one-shot command run
-    in this process logs from error up, and `capture_logs` keeps the level's filter."""
-    old = structlog.get_config()["wrapper_class"]
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.DEBUG))
-    yield
-    structlog.configure(wrapper_class=old)
 
 
 class NodeSource(Source):
