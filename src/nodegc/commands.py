@@ -400,15 +400,17 @@ def cmd_history(settings: HistorySettings) -> int:
     since = time.time() - settings.since_seconds if settings.since_seconds else None
     try:
         with open_ledger(path, lock=False) as ledger:
+            node = ledger.recorded_node()
             rows = ledger.history(key=settings.item, kind=settings.kind, owner=settings.owner, since=since,
                                   limit=settings.limit)
     except LedgerError as e:
         return fail(f"{e}")
     if settings.output != "table":
-        emit({"apiVersion": API_VERSION, "kind": "History", "ledger": str(path), "items": [{
+        emit({"apiVersion": API_VERSION, "kind": "History", "ledger": str(path), "node": node, "items": [{
             "at": _ts(r.at), "item": r.key, "kind": r.kind, "from": r.from_phase, "to": r.to_phase,
             "reason": r.reason, "owner": r.owner} for r in rows]}, settings.output)
         return EXIT_CLEAN
+    print(f"node {_node(node)}  ledger {path}")
     for r in rows:
         print(f"{_ts(r.at)}  {(r.from_phase or '-'):>11} -> {r.to_phase:<11}  {r.key}  {r.owner or ''}  {r.reason}")
     return EXIT_CLEAN
@@ -429,10 +431,12 @@ def cmd_explain(settings: ExplainSettings) -> int:
                             else "give a longer part of the id, or the full key (kind:id)", code=EXIT_USAGE)
             item = matches[0]
             rows = ledger.history(key=item.key)
+            node = ledger.recorded_node()
     except LedgerError as e:
         return fail(f"{e}")
     if settings.output != "table":
-        emit({"apiVersion": API_VERSION, "kind": "Explanation", "item": item.key, "resourceKind": item.kind.value,
+        emit({"apiVersion": API_VERSION, "kind": "Explanation", "item": item.key, "node": node,
+              "resourceKind": item.kind.value,
               "resourceId": item.resource_id, "owner": {
                   "uid": item.owner_uid, "namespace": item.owner_namespace, "name": item.owner_name,
                   "container_id": item.container_id},
@@ -443,6 +447,7 @@ def cmd_explain(settings: ExplainSettings) -> int:
                           for r in rows]}, settings.output)
         return EXIT_CLEAN
     print(f"item      {item.key}")
+    print(f"node      {_node(node)}")
     print(f"owner     {_owner(item)}  uid {item.owner_uid or '?'}  container {item.container_id or '?'}")
     print(f"class     {item.finding_class}")
     print(f"phase     {item.phase.value}: {_why(item)}")
@@ -454,6 +459,11 @@ def cmd_explain(settings: ExplainSettings) -> int:
     for r in rows:
         print(f"  {_ts(r.at)}  {(r.from_phase or '-'):>11} -> {r.to_phase:<11}  {r.reason}")
     return EXIT_CLEAN
+
+
+def _node(node: str | None) -> str:
+    """The node the ledger belongs to, as the readers print it (`Ledger.recorded_node`)."""
+    return node if node is not None else "- (none recorded yet)"
 
 
 def _why(item: Item) -> str:
