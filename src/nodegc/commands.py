@@ -19,7 +19,7 @@ from typing import Any, TextIO
 from nodegc import defaults
 from nodegc.console import fail, require_root
 from nodegc.desired.source import SourceError, staleness
-from nodegc.engine.cycle import CycleReport, Engine, EngineSettings
+from nodegc.engine.cycle import CycleReport, Engine, EngineSettings, LedgerTakeover
 from nodegc.exitcodes import (
     EXIT_BLOCKED,
     EXIT_CLEAN,
@@ -249,6 +249,7 @@ def cmd_clean(settings: CleanSettings, *, sleep: Callable[[float], None] = time.
         progress.finish()
         return fail(f"{e}")
     progress.finish()
+    _taken_over(report.ledger_taken_over)
     doc = _clean_doc(report, applied=settings.apply, stale=stale)
     if settings.output == "table":
         sys.stdout.write(_clean_table(doc, streamed=settings.apply))
@@ -265,6 +266,18 @@ def cmd_clean(settings: CleanSettings, *, sleep: Callable[[float], None] = time.
         return EXIT_RESIDUE if doc["plan"] else EXIT_CLEAN
     failed = [o for o in doc["results"] if not o["ok"]]
     return EXIT_RESIDUE if failed else EXIT_CLEAN
+
+
+def _taken_over(taken: LedgerTakeover | None) -> None:
+    """A ledger of another node taken over: said on stderr, as the agent's log says it (this command logs only
+    errors by default), before the report."""
+    if taken is None:
+        return
+    print(f"nodegc: warning: the ledger {taken.ledger} was kept on node {taken.recorded!r}, not on this one"
+          f" ({taken.node!r}): taken over, its open items released ({taken.released}) and not acted on; scans in"
+          " a row and graces start again from this node's own scans", file=sys.stderr)
+    print("hint: `nodegc history` shows the released items; once after a node was made from another's disk this"
+          " is expected, else give each node its own --state-dir and a stable --node", file=sys.stderr)
 
 
 def _blocked_hint(settings: CleanSettings, report: CycleReport) -> None:
@@ -327,6 +340,7 @@ def _merge(first: CycleReport, more: CycleReport) -> CycleReport:
         sent_back=first.sent_back + more.sent_back,
         closed=first.closed + more.closed,
         problems=max(first.problems, more.problems),
+        ledger_taken_over=first.ledger_taken_over or more.ledger_taken_over,
     )
 
 
