@@ -189,7 +189,8 @@ MAX_RANGES_FILE_BYTES = 16 * 1024 * 1024
 class RangeWindowFile:
     """The IP range forecast's window, kept in the state directory so an agent restart does not empty it:
     written (atomically) every `every` seconds and at exit, read once at start. A missing, unreadable or
-    malformed file is a fresh start, never an error."""
+    malformed file is a fresh start, never an error. The file names the node its samples were taken on; the
+    engine starts a window of another node afresh at its first usable desired state (`Engine._own_window`)."""
 
     def __init__(self, path: Path, tracker: RangeTracker, *, every: float = 300.0,
                  clock: Callable[[], float] = time.time, monotonic: Callable[[], float] = time.monotonic) -> None:
@@ -212,7 +213,7 @@ class RangeWindowFile:
         except (OSError, ValueError, RecursionError) as e:
             log.warning("IP range window not restored; starting afresh", path=str(self.path), error=str(e))
             return 0
-        log.info("IP range window restored", path=str(self.path), samples=taken)
+        log.info("IP range window restored", path=str(self.path), samples=taken, node=self.tracker.node)
         return taken
 
     def save(self, *, force: bool = False) -> None:

@@ -19,7 +19,7 @@ from typing import Any, TextIO
 from nodegc import defaults
 from nodegc.console import fail, require_root
 from nodegc.desired.source import SourceError, staleness
-from nodegc.engine.cycle import CycleReport, Engine, EngineSettings
+from nodegc.engine.cycle import CycleReport, Engine, EngineSettings, LedgerTakeover
 from nodegc.exitcodes import (
     EXIT_BLOCKED,
     EXIT_CLEAN,
@@ -249,6 +249,7 @@ def cmd_clean(settings: CleanSettings, *, sleep: Callable[[float], None] = time.
         progress.finish()
         return fail(f"{e}")
     progress.finish()
+    _taken_over(report.ledger_taken_over)
     doc = _clean_doc(report, applied=settings.apply, stale=stale)
     if settings.output == "table":
         sys.stdout.write(_clean_table(doc, streamed=settings.apply))
@@ -265,6 +266,18 @@ def cmd_clean(settings: CleanSettings, *, sleep: Callable[[float], None] = time.
         return EXIT_RESIDUE if doc["plan"] else EXIT_CLEAN
     failed = [o for o in doc["results"] if not o["ok"]]
     return EXIT_RESIDUE if failed else EXIT_CLEAN
+
+
+def _taken_over(taken: LedgerTakeover | None) -> None:
+    """A ledger of another node taken over: said on stderr, as the agent's log says it (this command logs only
+    errors by default), before the report."""
+    if taken is None:
+        return
+    print(f"nodegc: warning: the ledger {taken.ledger} was kept on node {taken.recorded!r}, not on this one"
+          f" ({taken.node!r}): taken over, its open items released ({taken.released}) and not acted on; scans in"
+          " a row and graces start again from this node's own scans", file=sys.stderr)
+    print("hint: `nodegc history` shows the released items; once after a node was made from another's disk this"
+          " is expected, else give each node its own --state-dir and a stable --node", file=sys.stderr)
 
 
 def _blocked_hint(settings: CleanSettings, report: CycleReport) -> None:
@@ -327,6 +340,7 @@ def _merge(first: CycleReport, more: CycleReport) -> CycleReport:
         sent_back=first.sent_back + more.sent_back,
         closed=first.closed + more.closed,
         problems=max(first.problems, more.problems),
+        ledger_taken_over=first.ledger_taken_over or more.ledger_taken_over,
     )
 
 
@@ -400,15 +414,17 @@ def cmd_history(settings: HistorySettings) -> int:
     since = time.time() - settings.since_seconds if settings.since_seconds else None
     try:
         with open_ledger(path, lock=False) as ledger:
+            node = ledger.recorded_node()
             rows = ledger.history(key=settings.item, kind=settings.kind, owner=settings.owner, since=since,
                                   limit=settings.limit)
     except LedgerError as e:
         return fail(f"{e}")
     if settings.output != "table":
-        emit({"apiVersion": API_VERSION, "kind": "History", "ledger": str(path), "items": [{
+        emit({"apiVersion": API_VERSION, "kind": "History", "ledger": str(path), "node": node, "items": [{
             "at": _ts(r.at), "item": r.key, "kind": r.kind, "from": r.from_phase, "to": r.to_phase,
             "reason": r.reason, "owner": r.owner} for r in rows]}, settings.output)
         return EXIT_CLEAN
+    print(f"node {_node(node)}  ledger {path}")
     for r in rows:
         print(f"{_ts(r.at)}  {(r.from_phase or '-'):>11} -> {r.to_phase:<11}  {r.key}  {r.owner or ''}  {r.reason}")
     return EXIT_CLEAN
@@ -429,10 +445,12 @@ def cmd_explain(settings: ExplainSettings) -> int:
                             else "give a longer part of the id, or the full key (kind:id)", code=EXIT_USAGE)
             item = matches[0]
             rows = ledger.history(key=item.key)
+            node = ledger.recorded_node()
     except LedgerError as e:
         return fail(f"{e}")
     if settings.output != "table":
-        emit({"apiVersion": API_VERSION, "kind": "Explanation", "item": item.key, "resourceKind": item.kind.value,
+        emit({"apiVersion": API_VERSION, "kind": "Explanation", "item": item.key, "node": node,
+              "resourceKind": item.kind.value,
               "resourceId": item.resource_id, "owner": {
                   "uid": item.owner_uid, "namespace": item.owner_namespace, "name": item.owner_name,
                   "container_id": item.container_id},
@@ -443,6 +461,7 @@ def cmd_explain(settings: ExplainSettings) -> int:
                           for r in rows]}, settings.output)
         return EXIT_CLEAN
     print(f"item      {item.key}")
+    print(f"node      {_node(node)}")
     print(f"owner     {_owner(item)}  uid {item.owner_uid or '?'}  container {item.container_id or '?'}")
     print(f"class     {item.finding_class}")
     print(f"phase     {item.phase.value}: {_why(item)}")
@@ -454,6 +473,11 @@ def cmd_explain(settings: ExplainSettings) -> int:
     for r in rows:
         print(f"  {_ts(r.at)}  {(r.from_phase or '-'):>11} -> {r.to_phase:<11}  {r.reason}")
     return EXIT_CLEAN
+
+
+def _node(node: str | None) -> str:
+    """The node the ledger belongs to, as the readers print it (`Ledger.recorded_node`)."""
+    return node if node is not None else "- (none recorded yet)"
 
 
 def _why(item: Item) -> str:

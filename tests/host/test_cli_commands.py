@@ -20,6 +20,10 @@ import yaml
 
 from nodegc.commands import Progress, StreamingExecutor, _run_clean
 from nodegc.exitcodes import EXIT_BLOCKED, EXIT_CLEAN, EXIT_NODE_UNSEEN, EXIT_RESIDUE, EXIT_USAGE
+from nodegc.ledger.store import Ledger
+from nodegc.model.items import Item, Phase
+from nodegc.model.resources import Kind
+from nodegc.planning.phases import Transition
 from nodegc.sandbox.node import SandboxNode
 from nodegc.wiring import ONE_SHOT_PHASES, CleanSettings, SafetySettings, SourceSettings, make_engine_settings
 from nodegc.wiring import make_executor as build_executor
@@ -274,6 +278,39 @@ def test_history_and_explain_documents(sandbox_node: SandboxNode, tmp_path: Path
     doc = json.loads(explained.stdout)
     assert (doc["kind"], doc["item"], doc["phase"]) == ("Explanation", item, "closed")
     assert [h["to"] for h in doc["history"]][-1] == "closed"
+
+
+def test_clean_apply_says_when_it_takes_over_a_ledger_of_another_node(sandbox_node: SandboxNode,
+                                                                     tmp_path: Path) -> None:
+    """`clean` logs only errors by default, so the engine's warning would not reach its user: the takeover is
+    printed on stderr, once, with a hint, and the report on stdout stays one document."""
+    snapshot = leaky_node(sandbox_node)
+    state = tmp_path / "state"
+    clean = ["clean", "--apply", "--pods-from", str(snapshot), *roots(sandbox_node), "--min-age", "0",
+             "--state-dir", str(state), "-o", "json"]
+    first = nodegc(*clean)
+    assert first.returncode == EXIT_CLEAN, first.stderr
+    assert "taken over" not in first.stderr
+    with Ledger(state / "ledger.db") as ledger:  # the state directory as node A left it: one item open
+        assert ledger.recorded_node() == sandbox_node.node_name
+        ledger.record_node("node-a")
+        left = Item(key="pod_dir:/elsewhere/pods/u-a", kind=Kind.POD_DIR, resource_id="/elsewhere/pods/u-a",
+                    phase=Phase.MARKED, identity=(("inode", "1"),), finding_class="orphaned_pod_dir",
+                    owner_uid="u-a", owner_namespace=None, owner_name=None, container_id=None,
+                    first_seen=time.time() - 600, last_seen=time.time() - 60, orphan_count=5)
+        ledger.apply([Transition(left, None, "as node A left it")], now=time.time())
+    second = nodegc(*clean)
+    assert second.returncode == EXIT_CLEAN, second.stderr
+    assert json.loads(second.stdout)["kind"] == "CleanReport"
+    lines = second.stderr.splitlines()
+    assert lines[0] == (f"nodegc: warning: the ledger {state / 'ledger.db'} was kept on node 'node-a', not on this"
+                        f" one ('{sandbox_node.node_name}'): taken over, its open items released (1) and not acted"
+                        " on; scans in a row and graces start again from this node's own scans"), second.stderr
+    assert lines[1].startswith("hint: `nodegc history` shows the released items")
+    history = json.loads(nodegc("history", "--state-dir", str(state), "--item", left.key, "-o", "json").stdout)
+    assert history["node"] == sandbox_node.node_name and history["items"][-1]["to"] == "released"
+    third = nodegc(*clean)
+    assert third.returncode == EXIT_CLEAN and "taken over" not in third.stderr, third.stderr
 
 
 def test_a_scan_on_a_stale_snapshot_reports_and_warns(sandbox_node: SandboxNode) -> None:

@@ -156,6 +156,20 @@ class EngineSettings:
     """Opt-in: stop such a sandbox through CRI (the workload is still running)."""
 
 
+@dataclass(frozen=True)
+class LedgerTakeover:
+    """A ledger recorded for another node, taken over at this cycle (`Engine._own_ledger`)."""
+
+    recorded: str
+    """The node the ledger was recorded for."""
+    node: str
+    """The node it belongs to now: the desired state's."""
+    released: int
+    """Its open items, released."""
+    ledger: str
+    """The ledger's path (`:memory:` for an in-memory one)."""
+
+
 @dataclass
 class CycleReport:
     blocked: list[str] = field(default_factory=list)
@@ -172,6 +186,9 @@ class CycleReport:
     stopped_orphans: list[tuple[Finding, bool, str]] = field(default_factory=list)
     orphan_shims: list[Finding] = field(default_factory=list)
     """Shim processes whose id the runtime does not list (stopped only with --stop-orphan-shims)."""
+    ledger_taken_over: LedgerTakeover | None = None
+    """The ledger was another node's and this cycle took it over: logged and counted by the engine, printed by
+    the one-shot commands, whose logs are quiet by default."""
 
 
 class Engine:
@@ -441,13 +458,16 @@ class Engine:
             # From the future: the wall clock stepped back, so its age says nothing. Wait for fresh data.
             self._block(report, "stale_source", f"desired state is dated {-age:.0f}s in the future")
             return None
-        self._own_ledger(desired.node)
+        taken = self._own_ledger(desired.node)
+        if taken is not None:
+            report.ledger_taken_over = taken
+        self._own_window(desired.node)
         if not self._had_desired:
             self._had_desired = True
             self._restart_gap()
         return desired
 
-    def _own_ledger(self, node: str) -> None:
+    def _own_ledger(self, node: str) -> LedgerTakeover | None:
         """Before anything is judged on the ledger: its history is `node`'s own, or is made to start again.
 
         A ledger recorded for another node is taken over (`planning.phases.other_node`): its open items are
@@ -461,9 +481,11 @@ class Engine:
         the ledger follows a usable desired state; a cycle without one only moves detected items away from
         their mark (`_unknown`), which is safe whosever they are, and the readers (history, explain) never
         write. A name is compared exactly as given: any difference, even of spelling (the hostname where
-        $NODE_NAME was set before), starts the history again, which delays reclaim and never hastens it."""
+        $NODE_NAME was set before), starts the history again, which delays reclaim and never hastens it.
+        Returns the takeover, if this call made one."""
         if node == self._ledger_node:
-            return
+            return None
+        taken = None
         recorded = self.ledger.recorded_node()
         if recorded is None:
             self.ledger.record_node(node)
@@ -477,7 +499,23 @@ class Engine:
                         " start again from this node's own scans", ledger=self.ledger.path, recorded_node=recorded,
                         node=node, items=len(releases))
             self.metrics.ledger_taken_over()
+            taken = LedgerTakeover(recorded=recorded, node=node, released=len(releases), ledger=self.ledger.path)
         self._ledger_node = node
+        return taken
+
+    def _own_window(self, node: str) -> None:
+        """The IP range forecast's window is `node`'s, as the ledger is (`_own_ledger`): one restored from a copy
+        recorded for another node (the agent's `ip-ranges.json`, carried over with the state directory) is
+        started afresh before this cycle's scan feeds it, so that node's leaks, peaks and rates say nothing
+        of this node's forecast, node condition or order of reclaim. A window with no node recorded is taken
+        as this node's."""
+        recorded = self.ip_ranges.node
+        if recorded == node:
+            return
+        dropped = self.ip_ranges.own(node)
+        if recorded is not None:
+            log.warning("IP range window of another node started afresh", recorded_node=recorded, node=node,
+                        samples=dropped)
 
     def _restart_gap(self) -> None:
         """At a process's first usable desired state: the restart's gap spans a persisted streak only while it

@@ -191,12 +191,30 @@ def forecast(samples: Sequence[Sample], capacity: int | None) -> RangeForecast:
 
 class RangeTracker:
     """The window of samples per range set, fed once per scan. State, but no I/O: the agent keeps a copy
-    in its state directory (`snapshot`, `restore`), so a restart does not empty the window."""
+    in its state directory (`snapshot`, `restore`), so a restart does not empty the window.
+
+    The window belongs to one node (`node`), as the ledger does: its samples were judged against that node's
+    pods, so a copy carried to another node (a state directory on a re-attached disk, a disk image) is
+    another node's history. `own` starts it afresh for a node other than the one recorded."""
 
     def __init__(self, *, window_seconds: float = DEFAULT_WINDOW_SECONDS) -> None:
         self.window = window_seconds
         self._series: dict[tuple[str, str], deque[Sample]] = {}
         self._last: dict[tuple[str, str], RangeUsage] = {}
+        self.node: str | None = None
+        """The node the samples were taken on; None: not known yet (a new window, or one restored from a copy
+        written before the node was recorded), taken as the next `own`'s."""
+
+    def own(self, node: str) -> int:
+        """Make the window `node`'s before it is fed: one recorded for another node is emptied. Returns how
+        many samples of another node were dropped (0: the window was `node`'s, or had no node yet)."""
+        dropped = 0
+        if self.node is not None and self.node != node:
+            dropped = sum(len(series) for series in self._series.values())
+            self._series.clear()
+            self._last.clear()
+        self.node = node
+        return dropped
 
     def observe(self, usages: Iterable[RangeUsage], now: float) -> tuple[RangeStatus, ...]:
         statuses: list[RangeStatus] = []
@@ -223,17 +241,25 @@ class RangeTracker:
         return tuple(statuses)
 
     def snapshot(self) -> dict[str, Any]:
-        """The window as plain data (JSON-ready): per range set, its samples."""
-        return {"version": 1, "series": [
+        """The window as plain data (JSON-ready): the node it belongs to (when known) and, per range set, its
+        samples."""
+        return {"version": 1, **({"node": self.node} if self.node is not None else {}), "series": [
             {"network": net, "range": label,
              "samples": [[x.at, x.reserved, x.held, x.leaked, x.allocated, x.new_leaks] for x in series]}
             for (net, label), series in sorted(self._series.items())]}
 
     def restore(self, doc: object, now: float) -> int:
         """Samples of a snapshot that are inside the window as of `now` (none from the future: a clock that
-        stepped back); anything malformed is skipped. Returns how many samples were taken."""
+        stepped back); anything malformed is skipped, and a snapshot whose node is not a name is not taken at
+        all. The snapshot's node becomes the window's (none: the window's is kept, and the next `own` takes
+        the samples as its node's). Returns how many samples were taken."""
         taken = 0
         series_list = doc.get("series") if isinstance(doc, dict) and doc.get("version") == 1 else None
+        node = doc.get("node") if isinstance(doc, dict) else None
+        if node is not None and not (isinstance(node, str) and node):
+            return 0
+        if node is not None and series_list is not None:
+            self.node = node
         for entry in series_list if isinstance(series_list, list) else []:
             if not isinstance(entry, dict):
                 continue

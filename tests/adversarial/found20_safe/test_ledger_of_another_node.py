@@ -10,16 +10,13 @@ everything starts again from this node's own scans."""
 from __future__ import annotations
 
 import dataclasses
-import logging
 import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import structlog
 from structlog.testing import capture_logs
 
-from nodegc.engine.cycle import Engine, EngineSettings
+from nodegc.engine.cycle import CycleReport, Engine, EngineSettings, LedgerTakeover
 from nodegc.ledger.store import Ledger
 from nodegc.model.items import Item, Phase
 from nodegc.model.pods import DesiredState
@@ -36,16 +33,6 @@ from tests.unit.test_running_orphans import T0, A, finding, sandbox, tracker, vi
 
 K, GRACE = 3, 90.0
 """Marked at the 4th sighting: the 3rd makes K, the grace (3 intervals) is met only at the 4th."""
-
-
-@pytest.fixture(autouse=True)
-def _warnings_pass() -> Iterator[None]:
-    """The warning reaches the capture whatever level an earlier test left configured: a one-shot command run
-    in this process logs from error up, and `capture_logs` keeps the level's filter."""
-    old = structlog.get_config()["wrapper_class"]
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.DEBUG))
-    yield
-    structlog.configure(wrapper_class=old)
 
 
 class NodeSource(Source):
@@ -70,9 +57,10 @@ class Node:
         self.executor = DryRunExecutor()
         self.acted: list[int] = []
         """How many reclaim steps the executor was given, after each cycle."""
+        self.reports: list[CycleReport] = []
 
     def cycles(self, n: int) -> list[Item | None]:
-        """The dead pod directory's item after each cycle."""
+        """The dead pod directory's item after each cycle (and each cycle's report in `reports`)."""
 
         def scan(_roots: Roots, _opts: ScanOptions) -> Inventory:
             return Inventory(taken_at=self.clock.at(), pod_dirs=(pod_dir("u-web"), pod_dir("u-dead")))
@@ -85,7 +73,7 @@ class Node:
                                                     correlation=CorrelationPolicy(min_age_seconds=0)),
                             boot_clock=lambda: None)
             for _ in range(n):
-                engine.cycle()
+                self.reports.append(engine.cycle())
                 out.append(_dead(ledger))
                 self.acted.append(len(self.executor.actions))
                 self.clock.t += INTERVAL
@@ -130,6 +118,9 @@ def test_node_b_reclaims_nothing_before_its_own_k_scans_and_grace(tmp_path: Path
     warnings = [e for e in logs if e["log_level"] == "warning" and "another node" in e["event"]]
     assert [(e["recorded_node"], e["node"], e["items"]) for e in warnings] == [("node-a", "node-b", 1)]
     assert b.taken_over() == 1
+    # The cycle that took it over says so in its report (what a one-shot command prints), and only that one.
+    assert [r.ledger_taken_over for r in b.reports] == [
+        LedgerTakeover(recorded="node-a", node="node-b", released=1, ledger=str(db)), None, None, None]
 
 
 def test_the_same_node_reopening_keeps_its_history(tmp_path: Path) -> None:
@@ -139,7 +130,7 @@ def test_the_same_node_reopening_keeps_its_history(tmp_path: Path) -> None:
     again = Node(clock, db, "node-a")
     seen = again.cycles(2)
     assert [i.phase if i else None for i in seen] == [Phase.DETECTED, Phase.MARKED]  # the streak went on
-    assert again.taken_over() == 0
+    assert again.taken_over() == 0 and not any(r.ledger_taken_over for r in again.reports)
     with Ledger(db) as ledger:
         assert ledger.recorded_node() == "node-a"
         assert not any(h.to_phase == "released" for h in ledger.history())
