@@ -3,7 +3,8 @@
 A snapshot is a photograph: its time is the file's modification time (a day-old file is a day old, a file
 dated in the future is a broken clock and the engine's staleness guard refuses it), and it must show the
 whole node. A single Pod, a page of a paged list, a list that evidently went through a selector or a
-phase filter, and a file of nothing but finished pods are refused: what they do not show is not proof that
+phase filter, a list without its `kind` (kubectl writes it after the items: a file cut short), and a file
+of nothing but finished pods are refused: what they do not show is not proof that
 it is gone. A label-selected or namespace-scoped list carries no mark of its filter (servers stopped
 writing `selfLink` in 1.20) and cannot be told from a whole node's list.
 
@@ -379,7 +380,12 @@ def _pod_objects(documents: list[Any], path: Path) -> Iterator[Mapping[str, Any]
         kind = doc.get("kind")
         if kind is not None and not isinstance(kind, str):
             raise SourceError(f"snapshot {path}: kind is a {type(kind).__name__}, not a string")
-        if kind in _LIST_KINDS or (kind is None and "items" in doc):
+        if kind is None and "items" in doc:
+            raise SourceError(
+                f"snapshot {path} has items but no kind: kubectl writes `kind: List` after the items, so the"
+                " file was cut short (read while written, or a disk that filled) and the pods past the cut"
+                f" would look absent; save the list again ({_SAVE_HINT}), to a new file renamed into place")
+        if kind in _LIST_KINDS:
             _refuse_partial_list(doc.get("metadata"), path)
             items = doc.get("items")
             if items is None:
