@@ -74,7 +74,7 @@ class SnapshotSource:
 
     Photos never go back in time: a fetch or a terminate re-read dated before the photo already used (the
     file replaced by an older copy) is refused, as a list older than one already seen is. A re-read is
-    also refused when dated in the future.
+    also refused when dated in the future, or about another node than the photo (inferred without --node).
     """
 
     def __init__(self, path: Path, node: str | None, *, clock: Callable[[], datetime] = utcnow) -> None:
@@ -89,6 +89,9 @@ class SnapshotSource:
         """The last parse: a file kept fresh by touching it (its time moves, its bytes stay) is dated anew
         from it, not parsed again."""
         self._warned: tuple[str, ...] = ()
+        self._node: str | None = None
+        """The node of the photo fetch() handed out (inferred from the file without --node): a re-read about
+        another node cannot re-verify it."""
 
     def fetch(self) -> DesiredState:
         # The file's time, not the read's and not clamped to now: a day-old file must look a day old to the
@@ -99,6 +102,7 @@ class SnapshotSource:
                 f"snapshot {self.path} is now dated {_iso(read.written)}, before the one already read "
                 f"({_iso(self._written)}): a file replaced by an older one says nothing about the pods since")
         self._written = read.written
+        self._node = read.state.node
         return read.state
 
     def get_pod(self, namespace: str, name: str) -> Pod | None:
@@ -111,6 +115,10 @@ class SnapshotSource:
             raise SourceError(
                 f"snapshot {self.path} re-read at terminate is dated {_iso(read.written)}, before the photo"
                 f" the scan used ({_iso(self._written)}): it cannot re-verify what that photo decided")
+        if self._node is not None and read.state.node != self._node:
+            raise SourceError(
+                f"snapshot {self.path} re-read at terminate lists the pods of node {read.state.node}, not of node"
+                f" {self._node} the scan used: it cannot re-verify what that photo decided")
         ahead = (max(read.written, read.state.fetched_at) - self._clock()).total_seconds()
         if ahead > FUTURE_TOLERANCE_SECONDS:
             raise SourceError(
