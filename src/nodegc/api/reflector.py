@@ -7,8 +7,9 @@ plus a relist now and then. The cache must never be trusted blindly, so it is re
 - when the stream is stalled: no event and no bookmark for `idle_timeout_seconds` (bookmarks are
   requested, so a healthy but quiet watch still speaks; httpx's read timeout is the detector);
 - on an ERROR event or anything undecodable on the stream;
-- on an event at a resourceVersion the view already passed (a lagging watch cache or proxy replaying history):
-  not applied, since it would take back what the view holds under its proof;
+- on an event at a resourceVersion the view already passed (a lagging watch cache or proxy replaying history),
+  or without a numeric one while the view's is (it cannot be placed after the view): not applied, since it
+  would take back what the view holds under its proof;
 - every resync period, so a missed event cannot hide a residue or protect a dead object forever.
 A watch that merely ends (server timeout, dropped connection) is resumed from the last resourceVersion
 seen, without a relist, as client-go does.
@@ -785,6 +786,11 @@ class Reflector(Generic[T]):
                 # would take back what the view holds (a live pod deleted at an old version) under its proof.
                 raise _Relist("replayed", f"a {kind} event at resourceVersion {number} is behind the view's"
                                        f" {self._high_rv}: the watch replays history")
+            if number is None and self._high_rv is not None:
+                # Not placed in the view's history (a version dropped or made opaque on the way): it may be
+                # as old as any replay, and would take back what the view holds under its proof.
+                raise _Relist("error", f"a {kind} event without a numeric resourceVersion ({rv!r}) while the"
+                                       f" view is at {self._high_rv}")
             if kind == "DELETED":
                 self._items.pop(key, None)
                 deleted = item

@@ -3,7 +3,8 @@
 A snapshot is a photograph: its time is the file's modification time (a day-old file is a day old, a file
 dated in the future is a broken clock and the engine's staleness guard refuses it), and it must show the
 whole node. A single Pod, a page of a paged list, a list that evidently went through a selector or a
-phase filter, and a file of nothing but finished pods are refused: what they do not show is not proof that
+phase filter, a list without its `kind` (kubectl writes it after the items: a file cut short), and a file
+of nothing but finished pods are refused: what they do not show is not proof that
 it is gone. A label-selected or namespace-scoped list carries no mark of its filter (servers stopped
 writing `selfLink` in 1.20) and cannot be told from a whole node's list.
 
@@ -73,7 +74,7 @@ class SnapshotSource:
 
     Photos never go back in time: a fetch or a terminate re-read dated before the photo already used (the
     file replaced by an older copy) is refused, as a list older than one already seen is. A re-read is
-    also refused when dated in the future.
+    also refused when dated in the future, or about another node than the photo (inferred without --node).
     """
 
     def __init__(self, path: Path, node: str | None, *, clock: Callable[[], datetime] = utcnow) -> None:
@@ -88,6 +89,9 @@ class SnapshotSource:
         """The last parse: a file kept fresh by touching it (its time moves, its bytes stay) is dated anew
         from it, not parsed again."""
         self._warned: tuple[str, ...] = ()
+        self._node: str | None = None
+        """The node of the photo fetch() handed out (inferred from the file without --node): a re-read about
+        another node cannot re-verify it."""
 
     def fetch(self) -> DesiredState:
         # The file's time, not the read's and not clamped to now: a day-old file must look a day old to the
@@ -98,6 +102,7 @@ class SnapshotSource:
                 f"snapshot {self.path} is now dated {_iso(read.written)}, before the one already read "
                 f"({_iso(self._written)}): a file replaced by an older one says nothing about the pods since")
         self._written = read.written
+        self._node = read.state.node
         return read.state
 
     def get_pod(self, namespace: str, name: str) -> Pod | None:
@@ -110,6 +115,10 @@ class SnapshotSource:
             raise SourceError(
                 f"snapshot {self.path} re-read at terminate is dated {_iso(read.written)}, before the photo"
                 f" the scan used ({_iso(self._written)}): it cannot re-verify what that photo decided")
+        if self._node is not None and read.state.node != self._node:
+            raise SourceError(
+                f"snapshot {self.path} re-read at terminate lists the pods of node {read.state.node}, not of node"
+                f" {self._node} the scan used: it cannot re-verify what that photo decided")
         ahead = (max(read.written, read.state.fetched_at) - self._clock()).total_seconds()
         if ahead > FUTURE_TOLERANCE_SECONDS:
             raise SourceError(
@@ -379,7 +388,12 @@ def _pod_objects(documents: list[Any], path: Path) -> Iterator[Mapping[str, Any]
         kind = doc.get("kind")
         if kind is not None and not isinstance(kind, str):
             raise SourceError(f"snapshot {path}: kind is a {type(kind).__name__}, not a string")
-        if kind in _LIST_KINDS or (kind is None and "items" in doc):
+        if kind is None and "items" in doc:
+            raise SourceError(
+                f"snapshot {path} has items but no kind: kubectl writes `kind: List` after the items, so the"
+                " file was cut short (read while written, or a disk that filled) and the pods past the cut"
+                f" would look absent; save the list again ({_SAVE_HINT}), to a new file renamed into place")
+        if kind in _LIST_KINDS:
             _refuse_partial_list(doc.get("metadata"), path)
             items = doc.get("items")
             if items is None:

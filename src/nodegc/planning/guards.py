@@ -36,10 +36,12 @@ def blast_radius_refusal(findings: Sequence[Finding], desired: DesiredState, pol
             return (f"the desired state lists no pods for node {desired.node} while {busy} pod directories and"
                     " attachments exist: refusing to treat them all as residue")
     # Every listed pod counts, finished ones too: a finished pod keeps its directory until it is deleted, so
-    # a list of which no pod is found here (another node's finished Jobs) is about another node.
+    # a list of which no pod is found here (another node's finished Jobs) is about another node. Found is a
+    # finding whose owner the list shows: `in_use` alone is not (the runtime's READY sandboxes make such
+    # findings whatever the list says).
     listed = desired.pods
     uids = {u for p in listed for u in (p.uid, p.static_uid) if u}
-    found = any(f.cls is FindingClass.IN_USE or (f.owner.uid is not None and f.owner.uid in uids) for f in findings)
+    found = any(f.owner.uid is not None and f.owner.uid in uids for f in findings)
     if listed and not policy.allow_empty_desired and not found:
         busy = sum(1 for f in findings if f.kind in _NODE_KINDS)
         if busy:

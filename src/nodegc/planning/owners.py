@@ -104,7 +104,7 @@ class PodIndex:
         for pod in listed:
             index.by_uid[pod.uid] = pod
             if pod.static_uid:
-                index.by_uid.setdefault(pod.static_uid, pod)
+                _mirror(index.by_uid, pod.static_uid, pod)
             index.by_name[(pod.namespace, pod.name)].append(pod)
             if pod.host_network:
                 continue
@@ -129,7 +129,8 @@ class PodIndex:
         few, an eighth of the pods at most).
 
         Each map's value for a key is a function of the pods that bear that key, in their order (by_uid:
-        the last pod of that UID, else the first mirror of that config hash; by_name: the pods of that name;
+        the last pod of that UID, else the first mirror of that config hash not finished, else the first;
+        by_name: the pods of that name;
         claims and terminal_claims: the pods claiming that address), so only the keys of the pods added or
         removed can differ: they are dropped and made again over the pods in order, the rest kept. The
         order of the addresses in `claims` is read (the conflicts of pod status are reported in it), so the
@@ -150,7 +151,7 @@ class PodIndex:
             if pod.uid in uids:
                 by_uid[pod.uid] = pod
             if pod.static_uid and pod.static_uid in uids:
-                by_uid.setdefault(pod.static_uid, pod)
+                _mirror(by_uid, pod.static_uid, pod)
             if pod.name in named and (key := (pod.namespace, pod.name)) in names:
                 by_name[key].append(pod)
         if any(p.pod_ips for p in both):
@@ -274,3 +275,13 @@ def resolve_cache_owner(entry: CNICacheEntry, pods: PodIndex) -> Resolution:
         return Resolution(owner, OwnerState.UNKNOWN, (base, f"names pod {owner.label()} without uid",
                                                       "a pod of that name exists; cannot tie it"))
     return Resolution(Owner(container_id=cid), OwnerState.UNKNOWN, (base, "names no pod"))
+
+
+def _mirror(by_uid: dict[str, Pod], static_uid: str, pod: Pod) -> None:
+    """`pod` claims `static_uid` (a config hash, from annotations anyone may set on a pod): a pod of that UID
+    keeps it, and of several claimants the first that is not finished wins over a finished one (two pods
+    claiming one identity are a doubt: the one that still holds decides, as keeping does)."""
+    held = by_uid.get(static_uid)
+    if held is None or (held.uid != static_uid and held.state is OwnerState.TERMINAL
+                        and pod.state is not OwnerState.TERMINAL):
+        by_uid[static_uid] = pod

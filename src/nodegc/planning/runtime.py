@@ -3,7 +3,8 @@ residue of their own.
 
 Pure: no I/O. Runs after the kubelet and network domains and revises their verdicts on attachments where
 the runtime knows better (docs/ownership.md, "With the runtime's word"):
-- anything tied to a READY sandbox is in use, whatever the API says;
+- anything tied to a READY sandbox is in use, whatever the API says; so are the pod directory and volumes
+  of a UID whose sandbox is READY or has containers not exited (the pod runs, whatever the API says);
 - an attachment whose container id names no sandbox the runtime knows is residue once old enough (this
   resolves id-only host-local files and the old sandboxes of live pods after a reboot), unless a live
   pod or a READY sandbox claims one of its IPs;
@@ -34,6 +35,8 @@ from nodegc.planning.phases import hostport_rule_id
 _RUNTIME_NETNS_NAME = re.compile(r"cni-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 """containerd's names for the namespaces it makes (pkg/netns: "cni-" and 16 random bytes as a UUID)."""
 
+_KUBELET_KINDS = frozenset({Kind.POD_DIR, Kind.VOLUME_MOUNT})
+"""The kubelet's parts of a pod, kept by UID: in use while the runtime shows that pod running."""
 _RESIDUE_OF = {
     Kind.IP_RESERVATION: FindingClass.LEAKED_IP,
     Kind.CNI_CACHE: FindingClass.STALE_CNI_CACHE,
@@ -413,6 +416,8 @@ class _Runtime:
     # -- attachments ------------------------------------------------------------------------------
 
     def _revise(self, f: Finding) -> Finding:
+        if f.kind in _KUBELET_KINDS:
+            return self._running_pod(f)
         if f.kind not in _RESIDUE_OF:
             return f
         sb = self.index.by_netns.get(self.netns_keys.get(f.id, "")) if f.kind is Kind.NETNS else None
@@ -440,6 +445,22 @@ class _Runtime:
         if not self.complete:
             return self._protect_only(f, cid, ips)  # absent from an incomplete list proves nothing
         return self._unknown_to_runtime(f, cid, mtime, ips)
+
+    def _running_pod(self, f: Finding) -> Finding:
+        """A pod directory or volume the desired state calls residue (its pod absent, or terminal) while the
+        runtime shows a sandbox of that UID READY, or with containers not exited: the pod still runs (an
+        API that lost it, an etcd restored from a backup, a pod force-deleted before the kubelet stopped
+        it, a phase that went wrong). Its files and mounts are in use, as its network is."""
+        if not f.cls.is_residue or f.owner.uid is None:
+            return f
+        for sb in self.index.by_pod.get(f.owner.uid, ()):
+            live = self.index.live_containers.get(sb.id, 0)
+            if sb.ready or live:
+                why = "READY" if sb.ready else f"NotReady with {live} containers not exited"
+                return dataclasses.replace(f, cls=FindingClass.IN_USE, evidence=(
+                    *f.evidence, f"sandbox {short(sb.id)} of uid {f.owner.uid} is {why} in the runtime: the pod"
+                    " still runs, whatever the API says"))
+        return f
 
     def _dead_netns(self, f: Finding) -> Finding:
         """A mounted namespace nothing ties to anything (no sandbox, no cache entry, no pod's address): what
