@@ -37,6 +37,17 @@ _RUNTIME_NETNS_NAME = re.compile(r"cni-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a
 
 _KUBELET_KINDS = frozenset({Kind.POD_DIR, Kind.VOLUME_MOUNT})
 """The kubelet's parts of a pod, kept by UID: in use while the runtime shows that pod running."""
+
+
+def _waiting(f: Finding, why: str | None) -> Finding:
+    """A pod directory or volume the rules without the runtime call residue, kept while the runtime cannot
+    be asked whether its pod still runs (its socket there, its answer not). A list that answers but misses
+    some running pods' sandboxes still shows the sandboxes it holds (`_running_pod`)."""
+    if not f.cls.is_residue or why is None:
+        return f
+    return dataclasses.replace(f, cls=FindingClass.PROTECTED, evidence=(*f.evidence, f"needs the runtime's word: {why}"))
+
+
 _RESIDUE_OF = {
     Kind.IP_RESERVATION: FindingClass.LEAKED_IP,
     Kind.CNI_CACHE: FindingClass.STALE_CNI_CACHE,
@@ -75,7 +86,13 @@ def _running_pods(ctx: Context) -> tuple[Pod, ...]:
 
 def correlate_runtime(ctx: Context) -> None:
     view = ctx.inv.runtime
-    if view is None or not view.reachable:
+    if view is None:
+        return
+    if not view.reachable:
+        # The runtime that would say whether an absent or terminal pod still runs cannot answer: its
+        # directory and volumes wait for its word, as its log directory does (`correlate_pod_logs`).
+        why = _unusable(ctx)
+        ctx.findings[:] = [_waiting(f, why) if f.kind in _KUBELET_KINDS else f for f in ctx.findings]
         return
     # An incomplete list still proves what it shows (a READY sandbox is in use); it proves no absence.
     previous = ctx.runtime_pass if isinstance(ctx.runtime_pass, _Runtime) and ctx.runtime_pass.view is view else None

@@ -109,11 +109,6 @@ def test_the_agent_marks_nothing_of_a_running_pod_the_restored_api_lost() -> Non
         assert not [k for k in ledger.items(active_only=True) if RESTORED in k]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "not fixed: with a runtime configured but unreachable (or a list missing running pods' sandboxes), the "
-    "rules without the runtime's word stand, and they take a pod absent from the API for gone. Protecting "
-    "every absent pod's directory and volumes while the runtime cannot answer (as pod log directories are) "
-    "changes the documented 'no usable view, no change' rule: left to a decision"))
 def test_an_unreachable_runtime_keeps_the_directory_of_a_pod_it_may_still_run() -> None:
     down = view(sandbox("b", "uid-web"), reachable=False)
     parts = kubelet_parts(correlate(node(down), desired(WEB), now=NOW))
