@@ -45,7 +45,8 @@ def _waiting(f: Finding, why: str | None) -> Finding:
     some running pods' sandboxes still shows the sandboxes it holds (`_running_pod`)."""
     if not f.cls.is_residue or why is None:
         return f
-    return dataclasses.replace(f, cls=FindingClass.PROTECTED, evidence=(*f.evidence, f"needs the runtime's word: {why}"))
+    return dataclasses.replace(f, cls=FindingClass.PROTECTED,
+                               evidence=(*f.evidence, f"needs the runtime's word: {why}"))
 
 
 _RESIDUE_OF = {
