@@ -16,7 +16,8 @@ whose DEL does something else (tuning restoring a saved interface state, a firew
 iptables, host-local with a data directory other than nodegc's ...). Anything else goes through the real
 plugins. The checks are the ones CNI DEL gets: the cache file is re-read and must be the same file naming
 the same container, network and configuration; a reservation is removed only while it names the container;
-a link only while its name, kind and MAC are the cached ones; a chain only while no other container's
+a link only while its name, kind and MAC are the cached ones (and a veth only while its peer is in the namespace
+the entry names, the only one the bridge plugin's DEL acts in); a chain only while no other container's
 comment claims it; a firewall rule only while no other container holds its address.
 """
 
@@ -36,7 +37,7 @@ from typing import Any
 
 from nodegc.hostio.cni_files import IPAM_LOCK_NAME, LAST_RESERVED_PREFIX, MAX_RESERVATION_BYTES, parse_reservation
 from nodegc.hostio.files import FileReadError, read_small_file
-from nodegc.hostio.netlink import NetlinkError, RawLink, RtnlSocket, delete_together
+from nodegc.hostio.netlink import NetlinkError, NetnsFile, RawLink, RtnlSocket, delete_together, open_netns
 from nodegc.model.resources import CNICacheEntry
 from nodegc.reclaim.cni_del import Changed, Gone, plugins_of, reread
 from nodegc.reclaim.cni_exec import CNIError, find_plugin
@@ -243,7 +244,7 @@ def tear_down(teardowns: Sequence[Teardown], *, roots: Roots, timeout: float = 3
     live = [p for p in work if p.final is None]
     with _NetworkLocks(live, deadline=deadline) as locks:
         ready = [p for p in live if not p.failures]
-        _delete_links(ready, net_ns=roots.net_ns)
+        _delete_links(ready, net_ns=roots.net_ns, netns_dir=roots.netns_dir)
         _remove_rules(ready, locks, net_ns=roots.net_ns, deadline=deadline, backend=iptables_backend)
         locks.release([p for p in ready if not p.failures])
     out: list[Outcome] = []
@@ -419,7 +420,7 @@ def _cached_links(p: _Progress) -> list[tuple[str, str | None, str]]:
     return out
 
 
-def _delete_links(work: Sequence[_Progress], *, net_ns: Path | None) -> None:
+def _delete_links(work: Sequence[_Progress], *, net_ns: Path | None, netns_dir: Path) -> None:
     wanted = [(p, name, mac, kind) for p in work for name, mac, kind in _cached_links(p)]
     if not wanted:
         return
@@ -427,6 +428,7 @@ def _delete_links(work: Sequence[_Progress], *, net_ns: Path | None) -> None:
         with RtnlSocket.open(net_ns) as rtnl:
             links, _unreadable = rtnl.dump_links()
             by_name: dict[str, RawLink] = {link.name: link for link in links if link.name is not None}
+            peer_ids: dict[str, int | str] = {}
             todo: list[tuple[_Progress, str, RawLink]] = []
             for p, name, mac, kind in wanted:
                 link = by_name.get(name)
@@ -435,6 +437,11 @@ def _delete_links(work: Sequence[_Progress], *, net_ns: Path | None) -> None:
                 if link.kind != kind or (mac is not None and link.mac is not None and link.mac != mac):
                     p.done.append(f"left {name} alone (now a {link.kind or 'link'} {link.mac or ''}, not ours)")
                     continue
+                if kind == "veth":
+                    why = _peer_elsewhere(rtnl, link, p.teardown.entry.netns, netns_dir=netns_dir, known=peer_ids)
+                    if why is not None:
+                        p.done.append(f"left {name} alone ({why})")
+                        continue
                 todo.append((p, name, link))
             answers = delete_together(rtnl, [link for _, _, link in todo])
     except (NetlinkError, OSError) as e:
@@ -446,6 +453,43 @@ def _delete_links(work: Sequence[_Progress], *, net_ns: Path | None) -> None:
             p.done.append(f"deleted {name}")
         elif answer.code not in (errno.ENODEV, errno.ENOENT):
             p.failures.append(f"cannot delete {name}: {answer}")
+
+
+_NSID_MAX = 2**31 - 1
+
+
+def _peer_elsewhere(rtnl: RtnlSocket, link: RawLink, netns: str | None, *, netns_dir: Path,
+                    known: dict[str, int | str]) -> str | None:
+    """Why the host veth `link` is not the one the bridge plugin's DEL would take away, or None.
+
+    That DEL deletes the container's interface inside the namespace the entry names; the host end goes
+    with it. A veth whose peer lives anywhere else (a copy of a live pod's entry planted under another
+    container id names the live pod's veth by name and MAC) is not the entry's. The namespace is opened
+    only as a file directly in the netns dir, without following a symlink: a path the entry names
+    elsewhere is not opened at all, and its veth is left to its own item (judged by its peer's namespace).
+    """
+    if not netns:
+        return "the cache entry names no namespace"
+    head, _, name = netns.rstrip("/").rpartition("/")
+    if not name or name in (".", "..") or not head.endswith("/netns"):
+        return f"its namespace {netns} is not a file of {netns_dir}"
+    if name not in known:
+        try:
+            fd = open_netns(NetnsFile(netns_dir / name, depth=1))
+        except OSError as e:
+            known[name] = f"namespace {netns} cannot be opened: {e.strerror or e}"
+        else:
+            try:
+                (answer,) = rtnl.netnsids([fd])
+            finally:
+                os.close(fd)
+            known[name] = answer if isinstance(answer, int) else f"no id for namespace {netns}: {answer}"
+    found = known[name]
+    if isinstance(found, str):
+        return found
+    if not 0 <= found <= _NSID_MAX or link.link_netnsid != found:
+        return f"its peer is not in {netns}"
+    return None
 
 
 def _remove_rules(work: Sequence[_Progress], locks: _NetworkLocks, *, net_ns: Path | None,
