@@ -39,6 +39,7 @@ from nodegc.hostio.cni_files import IPAM_LOCK_NAME, LAST_RESERVED_PREFIX, MAX_RE
 from nodegc.hostio.files import FileReadError, read_small_file
 from nodegc.hostio.netlink import NetlinkError, NetnsFile, RawLink, RtnlSocket, delete_together, open_netns
 from nodegc.model.resources import CNICacheEntry
+from nodegc.planning.owners import CRI_NETNS_SUBDIR
 from nodegc.reclaim.cni_del import Changed, Gone, plugins_of, reread
 from nodegc.reclaim.cni_exec import CNIError, find_plugin
 from nodegc.reclaim.ipam import lock_network_dir
@@ -471,7 +472,9 @@ def _peer_elsewhere(rtnl: RtnlSocket, link: RawLink, netns: str | None, *, netns
     if not netns:
         return "the cache entry names no namespace"
     head, _, name = netns.rstrip("/").rpartition("/")
-    if not name or name in (".", "..") or not head.endswith("/netns"):
+    in_state_dir = head.endswith("/" + CRI_NETNS_SUBDIR)  # never the netns dir's file of that name
+    if (not name or name in (".", "..") or not head.endswith("/netns")
+            or in_state_dir != os.fsdecode(netns_dir).rstrip("/").endswith("/" + CRI_NETNS_SUBDIR)):
         return f"its namespace {netns} is not a file of {netns_dir}"
     if name not in known:
         try:
