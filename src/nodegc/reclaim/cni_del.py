@@ -74,7 +74,7 @@ def cni_del(entry: CNICacheEntry, *, roots: Roots, timeout: float = 30.0, keep_c
     except ValueError as e:
         return Outcome.failed(f"cached configuration unusable: {e}")
     pending = list(reversed(plugins))[progress.plugins_done:]
-    unsafe = _addresses_not_ours(entry, pending, roots)
+    unsafe = _files_not_ours(name, pending, entry, roots) or _addresses_not_ours(entry, pending, roots)
     if unsafe:
         return Outcome.failed(f"CNI DEL not run, cache entry kept: {unsafe}")
     prev_result = cached.get("result") if _version(version) >= _PREV_RESULT_SINCE else None
@@ -110,6 +110,32 @@ def cni_del(entry: CNICacheEntry, *, roots: Roots, timeout: float = 30.0, keep_c
     if keep_cache:
         return Outcome.done("CNI DEL done; cache entry kept until the sandbox's other leftovers are gone")
     return remove_cache_entry(entry)
+
+
+HOST_LOCAL_DEFAULT_DIR = "/var/lib/cni/networks"
+
+
+def _files_not_ours(name: str, plugins: list[Mapping[str, Any]], entry: CNICacheEntry, roots: Roots) -> str | None:
+    """host-local's DEL makes `<dataDir>/<network name>`, then walks that whole tree and removes every file
+    whose content names the container (the id alone, when no file names it with the interface). The cached
+    configuration is the cache file's (anyone who can write the data dir can plant one): the plugins run
+    only when every host-local of it keeps its files in nodegc's `<cni data dir>/networks/<network>`, the
+    network the entry names, which is where the scan read its reservations."""
+    ours = os.path.join(os.fsdecode(roots.cni_data_dir), "networks")
+    for plugin in plugins:
+        ipam = plugin.get("ipam")
+        if not isinstance(ipam, dict) or ipam.get("type") != "host-local":
+            continue
+        if name != entry.network or "/" in name or name in ("", ".", ".."):
+            return f"host-local's network {name!r} is not the cache entry's directory {entry.network!r}"
+        data_dir = ipam.get("dataDir") or HOST_LOCAL_DEFAULT_DIR
+        try:
+            same = isinstance(data_dir, str) and os.path.realpath(data_dir) == os.path.realpath(ours)
+        except ValueError:  # a NUL in the cached path
+            same = False
+        if not same:
+            return f"host-local keeps its files in {data_dir!r}, not in {ours}"
+    return None
 
 
 def _addresses_not_ours(entry: CNICacheEntry, plugins: list[Mapping[str, Any]], roots: Roots) -> str | None:

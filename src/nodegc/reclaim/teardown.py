@@ -40,14 +40,13 @@ from nodegc.hostio.files import FileReadError, read_small_file
 from nodegc.hostio.netlink import NetlinkError, NetnsFile, RawLink, RtnlSocket, delete_together, open_netns
 from nodegc.model.resources import CNICacheEntry
 from nodegc.planning.owners import CRI_NETNS_SUBDIR
-from nodegc.reclaim.cni_del import Changed, Gone, plugins_of, reread
+from nodegc.reclaim.cni_del import HOST_LOCAL_DEFAULT_DIR, Changed, Gone, plugins_of, reread
 from nodegc.reclaim.cni_exec import CNIError, find_plugin
 from nodegc.reclaim.ipam import lock_network_dir
 from nodegc.reclaim.outcomes import Outcome
 from nodegc.reclaim.rules import RuleTarget, remove_targets
 from nodegc.settings import Roots
 
-HOST_LOCAL_DEFAULT_DIR = "/var/lib/cni/networks"
 _HASH_NAME_MAX = 28
 _IFB_NAME_MAX = 15
 _COMMON_KEYS = frozenset({"type", "name", "cniVersion", "capabilities", "runtimeConfig", "args", "prevResult"})
