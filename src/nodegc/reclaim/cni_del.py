@@ -217,6 +217,8 @@ def reread(entry: CNICacheEntry) -> dict[str, Any]:
         doc = json.loads(small.content.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as e:
         raise ValueError(f"not JSON: {e}") from e
+    except RecursionError as e:  # rewritten since the scan into brackets nested too deep to decode
+        raise ValueError("not JSON: nested too deeply") from e
     if not isinstance(doc, dict) or doc.get("kind") != CACHE_KIND:
         raise ValueError(f"not a {CACHE_KIND} document")
     found = (doc.get("containerId"), doc.get("networkName"), doc.get("ifName"))
