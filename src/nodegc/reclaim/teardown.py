@@ -18,7 +18,8 @@ plugins. The checks are the ones CNI DEL gets: the cache file is re-read and mus
 the same container, network and configuration; a reservation is removed only while it names the container;
 a link only while its name, kind and MAC are the cached ones (and a veth only while its peer is in the namespace
 the entry names, the only one the bridge plugin's DEL acts in); a chain only while no other container's
-comment claims it; a firewall rule only while no other container holds its address.
+comment claims it; a firewall rule only while the attachment's own reservation holds its address and no
+other container's does.
 """
 
 from __future__ import annotations
@@ -308,9 +309,13 @@ class _NetworkLocks:
         self.unsurveyed: list[str] = []
         """Directories whose reservations could not be read: who holds an address there is not known."""
 
-    def holder_of(self, ip: str) -> str | None:
-        """Who holds `ip` in any network directory after the release (None: nobody)."""
-        return next((held[ip] for held in self.holders.values() if ip in held), None)
+    def holders_of(self, ip: str) -> list[str]:
+        """Who else holds `ip` in any network directory after the release."""
+        return [held[ip] for held in self.holders.values() if ip in held]
+
+    def reserves(self, p: _Progress, ip: str) -> bool:
+        """Whether the attachment's own reservation of `ip` is in its network directory (to be released)."""
+        return any(name == ip and owner is p for name, owner in self.ours.get(p.teardown.ipam_dir or "", ()))
 
     def __enter__(self) -> _NetworkLocks:
         try:
@@ -509,9 +514,14 @@ def _remove_rules(work: Sequence[_Progress], locks: _NetworkLocks, *, net_ns: Pa
                 p.failures.append(f"reservations of {locks.unsurveyed[0]} unreadable: its firewall rules are kept")
                 continue
             for ip in entry.ips:
-                holder = locks.holder_of(ip)
-                if holder is not None and holder != entry.container_id:
-                    p.done.append(f"kept the firewall rules of {ip} (now held by {holder[:12]})")
+                others = [h for h in locks.holders_of(ip) if h != entry.container_id]
+                if others:
+                    p.done.append(f"kept the firewall rules of {ip} (now held by {others[0][:12]})")
+                    continue
+                if not locks.reserves(p, ip):
+                    # The rules name only the address: one this attachment does not reserve may be another
+                    # attachment's (a secondary network's, a static address). Left to their own items.
+                    p.done.append(f"kept the firewall rules of {ip} (not reserved by this attachment)")
                     continue
                 targets += [RuleTarget(key=key, owner=None, rule=r, family=fam) for fam, r in _firewall_rules(ip)]
     if not targets:
