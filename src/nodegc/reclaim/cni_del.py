@@ -129,13 +129,16 @@ def _files_not_ours(name: str, plugins: list[Mapping[str, Any]], entry: CNICache
         if name != entry.network or "/" in name or name in ("", ".", ".."):
             return f"host-local's network {name!r} is not the cache entry's directory {entry.network!r}"
         data_dir = ipam.get("dataDir") or HOST_LOCAL_DEFAULT_DIR
-        try:
-            same = isinstance(data_dir, str) and os.path.realpath(data_dir) == os.path.realpath(ours)
-        except ValueError:  # a NUL in the cached path
-            same = False
-        if not same:
+        if not isinstance(data_dir, str) or not is_data_dir(data_dir, ours):
             return f"host-local keeps its files in {data_dir!r}, not in {ours}"
     return None
+
+
+def is_data_dir(spelt: str, ours: str) -> bool:
+    """Whether a cached configuration's host-local `dataDir` is nodegc's networks dir `ours`, as configured or
+    resolved. Compared as spelt: the cached path is never looked up (its file system may never answer)."""
+    path = os.path.normpath(spelt)
+    return path == os.path.normpath(ours) or path == os.path.realpath(ours)
 
 
 def _addresses_not_ours(entry: CNICacheEntry, plugins: list[Mapping[str, Any]], roots: Roots) -> str | None:

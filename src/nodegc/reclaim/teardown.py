@@ -41,7 +41,7 @@ from nodegc.hostio.files import FileReadError, read_small_file
 from nodegc.hostio.netlink import NetlinkError, NetnsFile, RawLink, RtnlSocket, delete_together, open_netns
 from nodegc.model.resources import CNICacheEntry
 from nodegc.planning.owners import CRI_NETNS_SUBDIR
-from nodegc.reclaim.cni_del import HOST_LOCAL_DEFAULT_DIR, Changed, Gone, plugins_of, reread
+from nodegc.reclaim.cni_del import HOST_LOCAL_DEFAULT_DIR, Changed, Gone, is_data_dir, plugins_of, reread
 from nodegc.reclaim.cni_exec import CNIError, find_plugin
 from nodegc.reclaim.ipam import lock_network_dir
 from nodegc.reclaim.outcomes import Outcome
@@ -175,7 +175,7 @@ def _bridge(plugin: Mapping[str, Any], entry: CNICacheEntry, *, roots: Roots, id
     if not isinstance(data_dir, str):
         return "host-local dataDir is not a string"
     ours = os.path.join(os.fsdecode(roots.cni_data_dir), "networks")
-    if os.path.realpath(data_dir) != os.path.realpath(ours):
+    if not is_data_dir(data_dir, ours):
         return f"host-local keeps its files in {data_dir}, not in {ours}"
     if "/" in entry.network or entry.network in (".", ".."):
         return f"network name {entry.network!r} is no directory name"
