@@ -81,7 +81,7 @@ def cni_del(entry: CNICacheEntry, *, roots: Roots, timeout: float = 30.0, keep_c
     env = plugin_env(
         command="DEL",
         container_id=entry.container_id,
-        netns=_netns_for_del(entry, roots, runtime_state_dir),
+        netns=netns_for_del(entry, roots, runtime_state_dir),
         ifname=entry.ifname,
         cni_args=entry.cni_args,
         cni_path=roots.cni_bin_dirs,
@@ -173,7 +173,7 @@ def _other_networks(own: Path) -> list[Path]:
         return []
 
 
-def _netns_for_del(entry: CNICacheEntry, roots: Roots, runtime_state_dir: Path | None = None) -> str:
+def netns_for_del(entry: CNICacheEntry, roots: Roots, runtime_state_dir: Path | None = None) -> str:
     """The plugins enter CNI_NETNS and delete the interface there, so only a namespace file of this
     node's netns directory (as nodegc sees it) is passed on. Anything else, a /proc/<pid>/ns/net path
     whose pid may be reused by now above all, becomes "": DEL then skips the interface, and the netns

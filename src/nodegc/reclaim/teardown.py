@@ -41,7 +41,15 @@ from nodegc.hostio.files import FileReadError, read_small_file
 from nodegc.hostio.netlink import NetlinkError, NetnsFile, RawLink, RtnlSocket, delete_together, open_netns
 from nodegc.model.resources import CNICacheEntry
 from nodegc.planning.owners import CRI_NETNS_SUBDIR
-from nodegc.reclaim.cni_del import HOST_LOCAL_DEFAULT_DIR, Changed, Gone, is_data_dir, plugins_of, reread
+from nodegc.reclaim.cni_del import (
+    HOST_LOCAL_DEFAULT_DIR,
+    Changed,
+    Gone,
+    is_data_dir,
+    netns_for_del,
+    plugins_of,
+    reread,
+)
 from nodegc.reclaim.cni_exec import CNIError, find_plugin
 from nodegc.reclaim.ipam import lock_network_dir
 from nodegc.reclaim.outcomes import Outcome
@@ -228,7 +236,7 @@ class _Progress:
 
 
 def tear_down(teardowns: Sequence[Teardown], *, roots: Roots, timeout: float = 30.0,
-              iptables_backend: str = "auto") -> list[Outcome]:
+              iptables_backend: str = "auto", runtime_state_dir: Path | None = None) -> list[Outcome]:
     """Undo each attachment as its plugins' DEL would, all at once; one outcome per teardown, in order.
 
     Steps go in the order the plugins' DEL takes (firewall, portmap, bridge with host-local last), with
@@ -245,7 +253,7 @@ def tear_down(teardowns: Sequence[Teardown], *, roots: Roots, timeout: float = 3
     live = [p for p in work if p.final is None]
     with _NetworkLocks(live, deadline=deadline) as locks:
         ready = [p for p in live if not p.failures]
-        _delete_links(ready, net_ns=roots.net_ns, netns_dir=roots.netns_dir)
+        _delete_links(ready, roots=roots, runtime_state_dir=runtime_state_dir)
         _remove_rules(ready, locks, net_ns=roots.net_ns, deadline=deadline, backend=iptables_backend)
         locks.release([p for p in ready if not p.failures])
     out: list[Outcome] = []
@@ -425,12 +433,12 @@ def _cached_links(p: _Progress) -> list[tuple[str, str | None, str]]:
     return out
 
 
-def _delete_links(work: Sequence[_Progress], *, net_ns: Path | None, netns_dir: Path) -> None:
+def _delete_links(work: Sequence[_Progress], *, roots: Roots, runtime_state_dir: Path | None) -> None:
     wanted = [(p, name, mac, kind) for p in work for name, mac, kind in _cached_links(p)]
     if not wanted:
         return
     try:
-        with RtnlSocket.open(net_ns) as rtnl:
+        with RtnlSocket.open(roots.net_ns) as rtnl:
             links, _unreadable = rtnl.dump_links()
             by_name: dict[str, RawLink] = {link.name: link for link in links if link.name is not None}
             peer_ids: dict[str, int | str] = {}
@@ -443,7 +451,8 @@ def _delete_links(work: Sequence[_Progress], *, net_ns: Path | None, netns_dir: 
                     p.done.append(f"left {name} alone (now a {link.kind or 'link'} {link.mac or ''}, not ours)")
                     continue
                 if kind == "veth":
-                    why = _peer_elsewhere(rtnl, link, p.teardown.entry.netns, netns_dir=netns_dir, known=peer_ids)
+                    why = _peer_elsewhere(rtnl, link, p.teardown.entry, roots=roots,
+                                          runtime_state_dir=runtime_state_dir, known=peer_ids)
                     if why is not None:
                         p.done.append(f"left {name} alone ({why})")
                         continue
@@ -463,39 +472,38 @@ def _delete_links(work: Sequence[_Progress], *, net_ns: Path | None, netns_dir: 
 _NSID_MAX = 2**31 - 1
 
 
-def _peer_elsewhere(rtnl: RtnlSocket, link: RawLink, netns: str | None, *, netns_dir: Path,
-                    known: dict[str, int | str]) -> str | None:
+def _peer_elsewhere(rtnl: RtnlSocket, link: RawLink, entry: CNICacheEntry, *, roots: Roots,
+                    runtime_state_dir: Path | None, known: dict[str, int | str]) -> str | None:
     """Why the host veth `link` is not the one the bridge plugin's DEL would take away, or None.
 
     That DEL deletes the container's interface inside the namespace the entry names; the host end goes
     with it. A veth whose peer lives anywhere else (a copy of a live pod's entry planted under another
-    container id names the live pod's veth by name and MAC) is not the entry's. The namespace is opened
-    only as a file directly in the netns dir, without following a symlink: a path the entry names
-    elsewhere is not opened at all, and its veth is left to its own item (judged by its peer's namespace).
+    container id names the live pod's veth by name and MAC) is not the entry's. The namespace is the one
+    CNI DEL would be given (`cni_del.netns_for_del`: a file of the netns dir, or of the runtime's state dir
+    when one is configured), opened without following a symlink below its directory; a namespace that
+    cannot be reached proves nothing, and its veth is left to its own item (judged by its peer's namespace).
     """
-    if not netns:
-        return "the cache entry names no namespace"
-    head, _, name = netns.rstrip("/").rpartition("/")
-    in_state_dir = head.endswith("/" + CRI_NETNS_SUBDIR)  # never the netns dir's file of that name
-    if (not name or name in (".", "..") or not head.endswith("/netns")
-            or in_state_dir != os.fsdecode(netns_dir).rstrip("/").endswith("/" + CRI_NETNS_SUBDIR)):
-        return f"its namespace {netns} is not a file of {netns_dir}"
-    if name not in known:
+    path = netns_for_del(entry, roots, runtime_state_dir)
+    if not path:
+        return f"its namespace {entry.netns or '(none)'} is not a file nodegc can reach"
+    if path not in known:
+        # The netns dir is trusted as configured, as is the state dir: what lies below either is not followed.
+        depth = 1 if Path(path).parent == roots.netns_dir else len(CRI_NETNS_SUBDIR.split("/")) + 1
         try:
-            fd = open_netns(NetnsFile(netns_dir / name, depth=1))
+            fd = open_netns(NetnsFile(Path(path), depth=depth))
         except OSError as e:
-            known[name] = f"namespace {netns} cannot be opened: {e.strerror or e}"
+            known[path] = f"namespace {path} cannot be opened: {e.strerror or e}"
         else:
             try:
                 (answer,) = rtnl.netnsids([fd])
             finally:
                 os.close(fd)
-            known[name] = answer if isinstance(answer, int) else f"no id for namespace {netns}: {answer}"
-    found = known[name]
+            known[path] = answer if isinstance(answer, int) else f"no id for namespace {path}: {answer}"
+    found = known[path]
     if isinstance(found, str):
         return found
     if not 0 <= found <= _NSID_MAX or link.link_netnsid != found:
-        return f"its peer is not in {netns}"
+        return f"its peer is not in {path}"
     return None
 
 
