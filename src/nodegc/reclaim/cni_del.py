@@ -126,7 +126,7 @@ def _files_not_ours(name: str, plugins: list[Mapping[str, Any]], entry: CNICache
         ipam = plugin.get("ipam")
         if not isinstance(ipam, dict) or ipam.get("type") != "host-local":
             continue
-        if name != entry.network or "/" in name or name in ("", ".", ".."):
+        if name != entry.network or "/" in name or "\0" in name or name in ("", ".", ".."):
             return f"host-local's network {name!r} is not the cache entry's directory {entry.network!r}"
         data_dir = ipam.get("dataDir") or HOST_LOCAL_DEFAULT_DIR
         if not isinstance(data_dir, str) or not is_data_dir(data_dir, ours):

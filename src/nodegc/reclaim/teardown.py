@@ -185,7 +185,7 @@ def _bridge(plugin: Mapping[str, Any], entry: CNICacheEntry, *, roots: Roots, id
     ours = os.path.join(os.fsdecode(roots.cni_data_dir), "networks")
     if not is_data_dir(data_dir, ours):
         return f"host-local keeps its files in {data_dir}, not in {ours}"
-    if "/" in entry.network or entry.network in (".", ".."):
+    if "/" in entry.network or "\0" in entry.network or entry.network in ("", ".", ".."):
         return f"network name {entry.network!r} is no directory name"
     td["ipam_dir"] = os.path.join(ours, entry.network)
     return None
