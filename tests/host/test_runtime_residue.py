@@ -250,15 +250,18 @@ def test_a_cni_del_that_keeps_failing_in_the_runtime(containerd_node: Runtime, t
     clock = [time.time()]
     settings = EngineSettings(phases=PhasePolicy(consecutive_scans=1, grace_seconds=0),
                               correlation=CorrelationPolicy(min_age_seconds=0, add_settle_seconds=0),
-                              scan=ScanOptions(min_age_seconds=0, runtime_endpoint=rt.endpoint),
+                              scan=ScanOptions(min_age_seconds=0, runtime_endpoint=rt.endpoint,
+                                               runtime_state_dir=rt.state),
                               max_desired_age_seconds=1e9)
     reservation = node.ipam_dir / NETWORK_NAME / gone_ip
     with Ledger(tmp_path / "ledger.db") as ledger:
         def cycle() -> None:
             clock[0] += 3600  # past every backoff
+            # The runtime's state dir configured, as deployments do: its netns files (netns_mounts_under_state_dir)
+            # are where the direct teardown proves a veth's peer is the attachment's before deleting it.
             Engine(roots=node.roots, source=SnapshotSource(snap, node.node_name), ledger=ledger,
-                   executor=HostExecutor(node.roots, runtime_endpoint=rt.endpoint), settings=settings,
-                   clock=lambda: clock[0]).cycle()
+                   executor=HostExecutor(node.roots, runtime_endpoint=rt.endpoint, runtime_state_dir=rt.state),
+                   settings=settings, clock=lambda: clock[0]).cycle()
         for _ in range(3):
             cycle()
             assert reservation.exists(), "the runtime's turn first"

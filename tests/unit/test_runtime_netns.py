@@ -244,7 +244,7 @@ def test_a_netns_dir_that_is_the_state_dirs_keys_as_the_runtime_reports_it() -> 
 
 
 def test_cni_del_enters_the_cached_namespace_never_a_namesake(tmp_path: Path) -> None:
-    from nodegc.reclaim.cni_del import _netns_for_del
+    from nodegc.reclaim.cni_del import netns_for_del
     from nodegc.settings import Roots
 
     state = _state(tmp_path)
@@ -256,9 +256,9 @@ def test_cni_del_enters_the_cached_namespace_never_a_namesake(tmp_path: Path) ->
     roots = Roots(netns_dir=plain)
     cached_state = dataclasses.replace(cache("x", uid="u"), netns=f"{STATE}/cni-1")
     cached_plain = dataclasses.replace(cache("x", uid="u"), netns="/var/run/netns/cni-1")
-    assert _netns_for_del(cached_plain, roots) == str(plain / "cni-1")
-    assert _netns_for_del(cached_state, roots) == ""  # no state dir configured: not the /run/netns namesake
-    assert _netns_for_del(cached_state, roots, state) == str(folder / "cni-1")
-    assert _netns_for_del(cached_plain, roots, state) == str(plain / "cni-1")
-    assert _netns_for_del(cached_state, Roots(netns_dir=folder)) == str(folder / "cni-1")
-    assert _netns_for_del(cached_plain, Roots(netns_dir=folder)) == ""
+    assert netns_for_del(cached_plain, roots) == str(plain / "cni-1")
+    assert netns_for_del(cached_state, roots) == ""  # no state dir configured: not the /run/netns namesake
+    assert netns_for_del(cached_state, roots, state) == str(folder / "cni-1")
+    assert netns_for_del(cached_plain, roots, state) == str(plain / "cni-1")
+    assert netns_for_del(cached_state, Roots(netns_dir=folder)) == str(folder / "cni-1")
+    assert netns_for_del(cached_plain, Roots(netns_dir=folder)) == ""

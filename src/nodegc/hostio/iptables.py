@@ -178,6 +178,13 @@ def _shown(line: str) -> str:
     return line if len(line) <= _SHOWN else line[:_SHOWN] + "..."
 
 
+def rule_owner(line: str) -> tuple[str, str] | None:
+    """(network, container id) the first CNI comment of a rule line names, or None (no such comment, or a
+    line that does not parse)."""
+    rule, _ = _parse_rule(_COUNTERS.sub("", line))
+    return rule.owner if rule is not None else None
+
+
 def _parse_rule(line: str, shared: Shared | None = None) -> tuple[_Rule | None, str]:
     try:
         tokens = tokenize(line)

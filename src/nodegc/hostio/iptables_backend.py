@@ -10,7 +10,8 @@ iptables-restore into the wrong backend would leave the real rules in place). Th
 3. else (no rules anywhere, or a backend's tools missing) the image's own `iptables-save`, whatever its
    alternatives point at.
 The answer is cached per network namespace for the life of the process (a node does not switch backends
-under a running kube-proxy).
+under a running kube-proxy), except a guess made when neither backend holds a rule (a booting node, before
+kube-proxy and the first pod): the next call looks again.
 """
 
 from __future__ import annotations
@@ -49,6 +50,8 @@ DEFAULT_COMMANDS = _COMMANDS["default"]
 IPV6_SAVES = frozenset(c.save[1] for c in _COMMANDS.values())
 """The IPv6 dump commands: a node without them has no IPv6 rules nodegc could see (no problem)."""
 
+NO_RULES = "no rules in either backend"
+"""How `detect` words a decision made on no rules at all: not cached, the rules may come later."""
 _cache: dict[tuple[str, str | None], Commands] = {}
 _lock = threading.Lock()
 
@@ -66,6 +69,8 @@ def commands(backend: str, *, net_ns: Path | None = None, timeout: float = 30.0)
         return found
     chosen, why = detect(net_ns=net_ns, timeout=timeout)
     found = dataclasses.replace(_COMMANDS[chosen], reason=f"detected: {why}")
+    if why.startswith(NO_RULES):
+        return found  # a guess on an empty ruleset (a booting node): looked at again next time, never kept
     with _lock:
         _cache[key] = found
     return found
@@ -107,7 +112,7 @@ def detect(*, net_ns: Path | None = None, timeout: float = 30.0) -> tuple[str, s
         return "legacy", f"{counts['legacy']} legacy rules, {counts['nft']} nft rules"
     if counts["nft"] > counts["legacy"]:
         return "nft", f"{counts['nft']} nft rules, {counts['legacy']} legacy rules"
-    return "default", f"no rules in either backend ({counts['nft']}): the image's iptables-save"
+    return "default", f"{NO_RULES} ({counts['nft']}): the image's iptables-save"
 
 
 def _dump(cmd: str, net_ns: Path | None, timeout: float) -> str | None:

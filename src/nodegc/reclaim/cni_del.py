@@ -74,14 +74,14 @@ def cni_del(entry: CNICacheEntry, *, roots: Roots, timeout: float = 30.0, keep_c
     except ValueError as e:
         return Outcome.failed(f"cached configuration unusable: {e}")
     pending = list(reversed(plugins))[progress.plugins_done:]
-    unsafe = _addresses_not_ours(entry, pending, roots)
+    unsafe = _files_not_ours(name, pending, entry, roots) or _addresses_not_ours(entry, pending, roots)
     if unsafe:
         return Outcome.failed(f"CNI DEL not run, cache entry kept: {unsafe}")
     prev_result = cached.get("result") if _version(version) >= _PREV_RESULT_SINCE else None
     env = plugin_env(
         command="DEL",
         container_id=entry.container_id,
-        netns=_netns_for_del(entry, roots, runtime_state_dir),
+        netns=netns_for_del(entry, roots, runtime_state_dir),
         ifname=entry.ifname,
         cni_args=entry.cni_args,
         cni_path=roots.cni_bin_dirs,
@@ -110,6 +110,35 @@ def cni_del(entry: CNICacheEntry, *, roots: Roots, timeout: float = 30.0, keep_c
     if keep_cache:
         return Outcome.done("CNI DEL done; cache entry kept until the sandbox's other leftovers are gone")
     return remove_cache_entry(entry)
+
+
+HOST_LOCAL_DEFAULT_DIR = "/var/lib/cni/networks"
+
+
+def _files_not_ours(name: str, plugins: list[Mapping[str, Any]], entry: CNICacheEntry, roots: Roots) -> str | None:
+    """host-local's DEL makes `<dataDir>/<network name>`, then walks that whole tree and removes every file
+    whose content names the container (the id alone, when no file names it with the interface). The cached
+    configuration is the cache file's (anyone who can write the data dir can plant one): the plugins run
+    only when every host-local of it keeps its files in nodegc's `<cni data dir>/networks/<network>`, the
+    network the entry names, which is where the scan read its reservations."""
+    ours = os.path.join(os.fsdecode(roots.cni_data_dir), "networks")
+    for plugin in plugins:
+        ipam = plugin.get("ipam")
+        if not isinstance(ipam, dict) or ipam.get("type") != "host-local":
+            continue
+        if name != entry.network or "/" in name or "\0" in name or name in ("", ".", ".."):
+            return f"host-local's network {name!r} is not the cache entry's directory {entry.network!r}"
+        data_dir = ipam.get("dataDir") or HOST_LOCAL_DEFAULT_DIR
+        if not isinstance(data_dir, str) or not is_data_dir(data_dir, ours):
+            return f"host-local keeps its files in {data_dir!r}, not in {ours}"
+    return None
+
+
+def is_data_dir(spelt: str, ours: str) -> bool:
+    """Whether a cached configuration's host-local `dataDir` is nodegc's networks dir `ours`, as configured or
+    resolved. Compared as spelt: the cached path is never looked up (its file system may never answer)."""
+    path = os.path.normpath(spelt)
+    return path == os.path.normpath(ours) or path == os.path.realpath(ours)
 
 
 def _addresses_not_ours(entry: CNICacheEntry, plugins: list[Mapping[str, Any]], roots: Roots) -> str | None:
@@ -144,7 +173,7 @@ def _other_networks(own: Path) -> list[Path]:
         return []
 
 
-def _netns_for_del(entry: CNICacheEntry, roots: Roots, runtime_state_dir: Path | None = None) -> str:
+def netns_for_del(entry: CNICacheEntry, roots: Roots, runtime_state_dir: Path | None = None) -> str:
     """The plugins enter CNI_NETNS and delete the interface there, so only a namespace file of this
     node's netns directory (as nodegc sees it) is passed on. Anything else, a /proc/<pid>/ns/net path
     whose pid may be reused by now above all, becomes "": DEL then skips the interface, and the netns
@@ -191,6 +220,8 @@ def reread(entry: CNICacheEntry) -> dict[str, Any]:
         doc = json.loads(small.content.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as e:
         raise ValueError(f"not JSON: {e}") from e
+    except RecursionError as e:  # rewritten since the scan into brackets nested too deep to decode
+        raise ValueError("not JSON: nested too deeply") from e
     if not isinstance(doc, dict) or doc.get("kind") != CACHE_KIND:
         raise ValueError(f"not a {CACHE_KIND} document")
     found = (doc.get("containerId"), doc.get("networkName"), doc.get("ifName"))

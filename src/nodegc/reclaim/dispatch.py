@@ -217,7 +217,8 @@ class _HostRun:
             budget = self.x.timeout * (1 + len(direct) // 100)
             try:
                 done = tear_down([td for _, td in direct], roots=roots, timeout=budget,
-                                 iptables_backend=self.x.iptables_backend)
+                                 iptables_backend=self.x.iptables_backend,
+                                 runtime_state_dir=self.x.runtime_state_dir)
             except Exception as e:
                 log.exception("direct teardown raised")
                 done = [Outcome.failed(f"direct teardown raised {type(e).__name__}: {e}") for _ in direct]

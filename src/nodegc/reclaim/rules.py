@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nodegc.hostio.iptables import parse_iptables_save, read_iptables_save
+from nodegc.hostio.iptables import parse_iptables_save, read_iptables_save, rule_owner
 from nodegc.hostio.iptables_backend import commands as iptables_commands
 from nodegc.model.resources import HostportRule, IptablesChain
 from nodegc.reclaim.outcomes import Outcome
@@ -322,6 +322,22 @@ def remove_targets(
     return merged
 
 
+def _other_claim(chain: IptablesChain, owner: tuple[str, str] | None) -> tuple[str, str] | None:
+    """An owner other than `owner` that a comment of the chain's rules or of a jump into it names, or None.
+
+    The parse leaves a chain claimed by two containers without an owner ("conflicting owner comments"): that
+    is no licence to remove it, with the other container's rule in it or jumping to it."""
+    if chain.container_id is not None:
+        claimed = (chain.network or "", chain.container_id)
+        if claimed != owner:
+            return claimed
+    for text in (*chain.rules, *chain.jumps):
+        named = rule_owner(text)
+        if named is not None and named != owner:
+            return named
+    return None
+
+
 def _target_units(t: RuleTarget, dumps: list[_Dump | None], units: list[list[_Unit]],
                   index: list[dict[tuple[str, str], _Unit]] | None,
                   chain_units: list[dict[tuple[str, str], _Unit]]) -> Outcome | bool:
@@ -336,9 +352,9 @@ def _target_units(t: RuleTarget, dumps: list[_Dump | None], units: list[list[_Un
                 continue
             for table, fresh in d.by_name.get(t.chain, []):
                 name = fresh.name
-                claimed = (fresh.network, fresh.container_id)
-                if fresh.container_id is not None and claimed != t.owner:
-                    return Outcome.changed(f"chain {name} belongs to {claimed[0]!r}/{claimed[1]!r}")
+                other = _other_claim(fresh, t.owner)
+                if other is not None:
+                    return Outcome.changed(f"chain {name} belongs to {other[0]!r}/{other[1]!r}")
                 same = chain_units[i].get((table, name))
                 if same is not None:
                     same.keys.append(t.key)

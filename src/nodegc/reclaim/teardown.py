@@ -16,8 +16,10 @@ whose DEL does something else (tuning restoring a saved interface state, a firew
 iptables, host-local with a data directory other than nodegc's ...). Anything else goes through the real
 plugins. The checks are the ones CNI DEL gets: the cache file is re-read and must be the same file naming
 the same container, network and configuration; a reservation is removed only while it names the container;
-a link only while its name, kind and MAC are the cached ones; a chain only while no other container's
-comment claims it; a firewall rule only while no other container holds its address.
+a link only while its name, kind and MAC are the cached ones (and a veth only while its peer is in the namespace
+the entry names, the only one the bridge plugin's DEL acts in); a chain only while no other container's
+comment claims it; a firewall rule only while the attachment's own reservation holds its address and no
+other container's does.
 """
 
 from __future__ import annotations
@@ -36,16 +38,24 @@ from typing import Any
 
 from nodegc.hostio.cni_files import IPAM_LOCK_NAME, LAST_RESERVED_PREFIX, MAX_RESERVATION_BYTES, parse_reservation
 from nodegc.hostio.files import FileReadError, read_small_file
-from nodegc.hostio.netlink import NetlinkError, RawLink, RtnlSocket, delete_together
+from nodegc.hostio.netlink import NetlinkError, NetnsFile, RawLink, RtnlSocket, delete_together, open_netns
 from nodegc.model.resources import CNICacheEntry
-from nodegc.reclaim.cni_del import Changed, Gone, plugins_of, reread
+from nodegc.planning.owners import CRI_NETNS_SUBDIR
+from nodegc.reclaim.cni_del import (
+    HOST_LOCAL_DEFAULT_DIR,
+    Changed,
+    Gone,
+    is_data_dir,
+    netns_for_del,
+    plugins_of,
+    reread,
+)
 from nodegc.reclaim.cni_exec import CNIError, find_plugin
 from nodegc.reclaim.ipam import lock_network_dir
 from nodegc.reclaim.outcomes import Outcome
 from nodegc.reclaim.rules import RuleTarget, remove_targets
 from nodegc.settings import Roots
 
-HOST_LOCAL_DEFAULT_DIR = "/var/lib/cni/networks"
 _HASH_NAME_MAX = 28
 _IFB_NAME_MAX = 15
 _COMMON_KEYS = frozenset({"type", "name", "cniVersion", "capabilities", "runtimeConfig", "args", "prevResult"})
@@ -173,9 +183,9 @@ def _bridge(plugin: Mapping[str, Any], entry: CNICacheEntry, *, roots: Roots, id
     if not isinstance(data_dir, str):
         return "host-local dataDir is not a string"
     ours = os.path.join(os.fsdecode(roots.cni_data_dir), "networks")
-    if os.path.realpath(data_dir) != os.path.realpath(ours):
+    if not is_data_dir(data_dir, ours):
         return f"host-local keeps its files in {data_dir}, not in {ours}"
-    if "/" in entry.network or entry.network in (".", ".."):
+    if "/" in entry.network or "\0" in entry.network or entry.network in ("", ".", ".."):
         return f"network name {entry.network!r} is no directory name"
     td["ipam_dir"] = os.path.join(ours, entry.network)
     return None
@@ -226,7 +236,7 @@ class _Progress:
 
 
 def tear_down(teardowns: Sequence[Teardown], *, roots: Roots, timeout: float = 30.0,
-              iptables_backend: str = "auto") -> list[Outcome]:
+              iptables_backend: str = "auto", runtime_state_dir: Path | None = None) -> list[Outcome]:
     """Undo each attachment as its plugins' DEL would, all at once; one outcome per teardown, in order.
 
     Steps go in the order the plugins' DEL takes (firewall, portmap, bridge with host-local last), with
@@ -243,7 +253,7 @@ def tear_down(teardowns: Sequence[Teardown], *, roots: Roots, timeout: float = 3
     live = [p for p in work if p.final is None]
     with _NetworkLocks(live, deadline=deadline) as locks:
         ready = [p for p in live if not p.failures]
-        _delete_links(ready, net_ns=roots.net_ns)
+        _delete_links(ready, roots=roots, runtime_state_dir=runtime_state_dir)
         _remove_rules(ready, locks, net_ns=roots.net_ns, deadline=deadline, backend=iptables_backend)
         locks.release([p for p in ready if not p.failures])
     out: list[Outcome] = []
@@ -307,9 +317,13 @@ class _NetworkLocks:
         self.unsurveyed: list[str] = []
         """Directories whose reservations could not be read: who holds an address there is not known."""
 
-    def holder_of(self, ip: str) -> str | None:
-        """Who holds `ip` in any network directory after the release (None: nobody)."""
-        return next((held[ip] for held in self.holders.values() if ip in held), None)
+    def holders_of(self, ip: str) -> list[str]:
+        """Who else holds `ip` in any network directory after the release."""
+        return [held[ip] for held in self.holders.values() if ip in held]
+
+    def reserves(self, p: _Progress, ip: str) -> bool:
+        """Whether the attachment's own reservation of `ip` is in its network directory (to be released)."""
+        return any(name == ip and owner is p for name, owner in self.ours.get(p.teardown.ipam_dir or "", ()))
 
     def __enter__(self) -> _NetworkLocks:
         try:
@@ -419,14 +433,15 @@ def _cached_links(p: _Progress) -> list[tuple[str, str | None, str]]:
     return out
 
 
-def _delete_links(work: Sequence[_Progress], *, net_ns: Path | None) -> None:
+def _delete_links(work: Sequence[_Progress], *, roots: Roots, runtime_state_dir: Path | None) -> None:
     wanted = [(p, name, mac, kind) for p in work for name, mac, kind in _cached_links(p)]
     if not wanted:
         return
     try:
-        with RtnlSocket.open(net_ns) as rtnl:
+        with RtnlSocket.open(roots.net_ns) as rtnl:
             links, _unreadable = rtnl.dump_links()
             by_name: dict[str, RawLink] = {link.name: link for link in links if link.name is not None}
+            peer_ids: dict[str, int | str] = {}
             todo: list[tuple[_Progress, str, RawLink]] = []
             for p, name, mac, kind in wanted:
                 link = by_name.get(name)
@@ -435,6 +450,12 @@ def _delete_links(work: Sequence[_Progress], *, net_ns: Path | None) -> None:
                 if link.kind != kind or (mac is not None and link.mac is not None and link.mac != mac):
                     p.done.append(f"left {name} alone (now a {link.kind or 'link'} {link.mac or ''}, not ours)")
                     continue
+                if kind == "veth":
+                    why = _peer_elsewhere(rtnl, link, p.teardown.entry, roots=roots,
+                                          runtime_state_dir=runtime_state_dir, known=peer_ids)
+                    if why is not None:
+                        p.done.append(f"left {name} alone ({why})")
+                        continue
                 todo.append((p, name, link))
             answers = delete_together(rtnl, [link for _, _, link in todo])
     except (NetlinkError, OSError) as e:
@@ -446,6 +467,44 @@ def _delete_links(work: Sequence[_Progress], *, net_ns: Path | None) -> None:
             p.done.append(f"deleted {name}")
         elif answer.code not in (errno.ENODEV, errno.ENOENT):
             p.failures.append(f"cannot delete {name}: {answer}")
+
+
+_NSID_MAX = 2**31 - 1
+
+
+def _peer_elsewhere(rtnl: RtnlSocket, link: RawLink, entry: CNICacheEntry, *, roots: Roots,
+                    runtime_state_dir: Path | None, known: dict[str, int | str]) -> str | None:
+    """Why the host veth `link` is not the one the bridge plugin's DEL would take away, or None.
+
+    That DEL deletes the container's interface inside the namespace the entry names; the host end goes
+    with it. A veth whose peer lives anywhere else (a copy of a live pod's entry planted under another
+    container id names the live pod's veth by name and MAC) is not the entry's. The namespace is the one
+    CNI DEL would be given (`cni_del.netns_for_del`: a file of the netns dir, or of the runtime's state dir
+    when one is configured), opened without following a symlink below its directory; a namespace that
+    cannot be reached proves nothing, and its veth is left to its own item (judged by its peer's namespace).
+    """
+    path = netns_for_del(entry, roots, runtime_state_dir)
+    if not path:
+        return f"its namespace {entry.netns or '(none)'} is not a file nodegc can reach"
+    if path not in known:
+        # The netns dir is trusted as configured, as is the state dir: what lies below either is not followed.
+        depth = 1 if Path(path).parent == roots.netns_dir else len(CRI_NETNS_SUBDIR.split("/")) + 1
+        try:
+            fd = open_netns(NetnsFile(Path(path), depth=depth))
+        except OSError as e:
+            known[path] = f"namespace {path} cannot be opened: {e.strerror or e}"
+        else:
+            try:
+                (answer,) = rtnl.netnsids([fd])
+            finally:
+                os.close(fd)
+            known[path] = answer if isinstance(answer, int) else f"no id for namespace {path}: {answer}"
+    found = known[path]
+    if isinstance(found, str):
+        return found
+    if not 0 <= found <= _NSID_MAX or link.link_netnsid != found:
+        return f"its peer is not in {path}"
+    return None
 
 
 def _remove_rules(work: Sequence[_Progress], locks: _NetworkLocks, *, net_ns: Path | None,
@@ -463,9 +522,14 @@ def _remove_rules(work: Sequence[_Progress], locks: _NetworkLocks, *, net_ns: Pa
                 p.failures.append(f"reservations of {locks.unsurveyed[0]} unreadable: its firewall rules are kept")
                 continue
             for ip in entry.ips:
-                holder = locks.holder_of(ip)
-                if holder is not None and holder != entry.container_id:
-                    p.done.append(f"kept the firewall rules of {ip} (now held by {holder[:12]})")
+                others = [h for h in locks.holders_of(ip) if h != entry.container_id]
+                if others:
+                    p.done.append(f"kept the firewall rules of {ip} (now held by {others[0][:12]})")
+                    continue
+                if not locks.reserves(p, ip):
+                    # The rules name only the address: one this attachment does not reserve may be another
+                    # attachment's (a secondary network's, a static address). Left to their own items.
+                    p.done.append(f"kept the firewall rules of {ip} (not reserved by this attachment)")
                     continue
                 targets += [RuleTarget(key=key, owner=None, rule=r, family=fam) for fam, r in _firewall_rules(ip)]
     if not targets:

@@ -53,7 +53,7 @@ def test_a_nul_in_the_cached_data_dir_is_a_failed_outcome_not_a_crash(tmp_path: 
 
 
 def test_a_nul_in_the_cached_netns_is_an_outcome_not_a_crash(tmp_path: Path) -> None:
-    """The path through the plugins: `cni_del._netns_for_del` lstat()s `<netns dir>/<name>` and caught
+    """The path through the plugins: `cni_del.netns_for_del` lstat()s `<netns dir>/<name>` and caught
     OSError only; the ValueError came out of the DEL thread's future. Now such a path is no namespace of the
     netns directory, so DEL runs without CNI_NETNS (host side only), as for any other such path."""
     outcomes = _run(tmp_path, data_dir=str(tmp_path / "cni" / "networks"), netns="/var/run/netns/cni-\u0000x",
