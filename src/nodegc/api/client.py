@@ -10,6 +10,7 @@ other than the current one, as `kubectl --context` does.
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -35,17 +36,21 @@ def load_config(kubeconfig: Path | None = None, *, context: str | None = None
         if kubeconfig is not None:
             config = lightkube.KubeConfig.from_file(kubeconfig)
         elif os.environ.get("KUBERNETES_SERVICE_HOST") and context is None:
-            return lightkube.KubeConfig.from_service_account()
+            config = lightkube.KubeConfig.from_service_account()
         else:
             env_paths = [Path(p) for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p]
             config = merged_kubeconfig(env_paths) if env_paths else lightkube.KubeConfig.from_file(
                 DEFAULT_KUBECONFIG)
         if context is None:
+            _check_token_file(config)
             return config
         single = config.get(context_name=context)
         if single is None:
             raise lightkube.ConfigError(f"context {context!r} not found")
+        _check_token_file(single)
         return single
+    except RecursionError as e:
+        raise KubeError("the Kubernetes client configuration is not valid YAML: nested too deeply") from e
     except yaml.YAMLError as e:
         # str(e) would quote the offending line, which may hold a token.
         mark = getattr(e, "problem_mark", None)
@@ -53,6 +58,37 @@ def load_config(kubeconfig: Path | None = None, *, context: str | None = None
         raise KubeError(f"the Kubernetes client configuration is not valid YAML{where}") from e
     except (lightkube.ConfigError, OSError, KeyError, MsgspecError, TypeError, ValueError, AssertionError) as e:
         raise KubeError(f"cannot load the Kubernetes client configuration: {type(e).__name__}: {e}") from e
+
+
+MAX_TOKEN_FILE_BYTES = 1 << 20
+"""A bearer token is a few KiB; lightkube reads the file whole at every request."""
+
+
+def _check_token_file(config: lightkube.KubeConfig | lightkube.SingleConfig) -> None:
+    """lightkube reads a user's tokenFile at every request, whole and blocking: a FIFO there would block
+    every request for good, and a device such as /dev/zero would be read until memory runs out. Only a
+    regular file (through symlinks: a projected token is one) of at most MAX_TOKEN_FILE_BYTES is handed on;
+    a missing one is left for lightkube to report at the request, as before."""
+    try:
+        single = config if isinstance(config, lightkube.SingleConfig) else config.get()
+    except (lightkube.ConfigError, KeyError):
+        return  # no usable context: the client's set-up says so
+    token_file = single.user.token_file if single is not None and single.user is not None else None
+    if not token_file:
+        return
+    try:
+        fd = os.open(token_file, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return
+    try:
+        st = os.fstat(fd)
+    finally:
+        os.close(fd)
+    if not stat.S_ISREG(st.st_mode):
+        raise lightkube.ConfigError(f"tokenFile {token_file} is not a regular file")
+    if st.st_size > MAX_TOKEN_FILE_BYTES:
+        raise lightkube.ConfigError(f"tokenFile {token_file} is {st.st_size} bytes, larger than the "
+                                    f"{MAX_TOKEN_FILE_BYTES} byte limit")
 
 
 # Fields holding a path, resolved against the file that names them (kubectl does the same), so that a
