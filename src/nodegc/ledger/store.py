@@ -403,12 +403,16 @@ def _state_dir(ledger: Path) -> None:
 
 
 def _regular_or_absent(path: Path) -> None:
+    """lstat: a symlink planted at the ledger's name would have SQLite create or write the database wherever
+    it points, outside the state directory."""
     try:
-        mode = os.stat(path).st_mode
+        mode = os.lstat(path).st_mode
     except FileNotFoundError:
         return
     except OSError as e:
         raise LedgerError(_why(e)) from e
+    if stat.S_ISLNK(mode):
+        raise LedgerError(f"{path} is a symlink, not followed")
     if not stat.S_ISREG(mode):
         raise LedgerError(f"{path} is not a regular file")
 
