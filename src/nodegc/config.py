@@ -179,6 +179,8 @@ def _one(action: argparse.Action, value: Any, where: str, flag: str) -> Any:
     if value is None or isinstance(value, (dict, list)):
         raise ConfigError(f"{where}: expected a single value (as {flag}), got {shown(value)}")
     text = ("true" if value else "false") if isinstance(value, bool) else str(value)
+    if "\0" in text:  # YAML can spell one ("\0"), a command line cannot: a path holding it fails every use
+        raise ConfigError(f"{where}: a NUL byte, which no value of {flag} can hold")
     if action.choices is not None and text not in [str(c) for c in action.choices]:
         raise ConfigError(f"{where}: expected one of {', '.join(map(str, action.choices))}, got {shown(value)}")
     convert = action.type
