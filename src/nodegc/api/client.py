@@ -56,6 +56,9 @@ def load_config(kubeconfig: Path | None = None, *, context: str | None = None
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
         raise KubeError(f"the Kubernetes client configuration is not valid YAML{where}") from e
+    except AttributeError as e:  # lightkube's from_dict given an empty file, a list or a scalar
+        raise KubeError("cannot load the Kubernetes client configuration: not a kubeconfig (a mapping of "
+                        "clusters, contexts and users)") from e
     except (lightkube.ConfigError, OSError, KeyError, MsgspecError, TypeError, ValueError, AssertionError) as e:
         raise KubeError(f"cannot load the Kubernetes client configuration: {type(e).__name__}: {e}") from e
 

@@ -67,3 +67,13 @@ def test_a_token_file_reached_through_a_symlink_is_taken(tmp_path: Path) -> None
     (tmp_path / "..data" / "token").write_text("abc\n")
     (tmp_path / "token").symlink_to("..data/token")
     make_client(_with_token_file(tmp_path, str(tmp_path / "token"))).close()
+
+
+@pytest.mark.parametrize("text", ["", "# nothing\n", "- a\n", "just text\n", "clusters:\n- 5\ncontexts: []\n"])
+def test_a_kubeconfig_that_is_not_a_mapping_is_a_kube_error(tmp_path: Path, text: str) -> None:
+    """Found by the kubeconfig fuzz target: an empty file (None), a list or a scalar crashed lightkube's
+    from_dict with AttributeError, a traceback of every command given that file."""
+    path = tmp_path / "config"
+    path.write_text(text)
+    with pytest.raises(KubeError, match="cannot load the Kubernetes client configuration"):
+        load_config(path)
