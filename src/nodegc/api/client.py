@@ -34,13 +34,13 @@ def load_config(kubeconfig: Path | None = None, *, context: str | None = None
     """Every failure is a KubeError whose message never quotes the file (it may hold a token)."""
     try:
         if kubeconfig is not None:
-            config = lightkube.KubeConfig.from_file(kubeconfig)
+            config = lightkube.KubeConfig.from_file(_not_huge(kubeconfig))
         elif os.environ.get("KUBERNETES_SERVICE_HOST") and context is None:
             config = lightkube.KubeConfig.from_service_account()
         else:
             env_paths = [Path(p) for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p]
             config = merged_kubeconfig(env_paths) if env_paths else lightkube.KubeConfig.from_file(
-                DEFAULT_KUBECONFIG)
+                _not_huge(Path(DEFAULT_KUBECONFIG)))
         if context is None:
             _check_token_file(config)
             return config
@@ -61,6 +61,24 @@ def load_config(kubeconfig: Path | None = None, *, context: str | None = None
                         "clusters, contexts and users)") from e
     except (lightkube.ConfigError, OSError, KeyError, MsgspecError, TypeError, ValueError, AssertionError) as e:
         raise KubeError(f"cannot load the Kubernetes client configuration: {type(e).__name__}: {e}") from e
+
+
+MAX_KUBECONFIG_BYTES = 16 << 20
+"""Far above any kubeconfig (certificates inline and a few hundred contexts are well under a megabyte);
+a bigger file is read by nobody."""
+
+
+def _not_huge(path: Path) -> Path:
+    """`path`, once its size is seen to be at most MAX_KUBECONFIG_BYTES; a missing file, or one that is not
+    regular, is left for the loader to report as it does."""
+    try:
+        st = path.expanduser().stat()
+    except FileNotFoundError:
+        return path
+    if stat.S_ISREG(st.st_mode) and st.st_size > MAX_KUBECONFIG_BYTES:
+        raise lightkube.ConfigError(f"{path} is {st.st_size} bytes, larger than the {MAX_KUBECONFIG_BYTES} byte "
+                                    "limit; not read")
+    return path
 
 
 MAX_TOKEN_FILE_BYTES = 1 << 20
@@ -111,7 +129,7 @@ def merged_kubeconfig(paths: list[Path]) -> lightkube.KubeConfig:
         if not path.is_file():
             continue
         found.append(path)
-        doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        doc = yaml.safe_load(_not_huge(path).read_text(encoding="utf-8")) or {}
         if not isinstance(doc, dict):
             raise ValueError(f"{path} is not a kubeconfig (a mapping)")
         if merged.get("current-context") is None and doc.get("current-context"):

@@ -77,3 +77,16 @@ def test_a_kubeconfig_that_is_not_a_mapping_is_a_kube_error(tmp_path: Path, text
     path.write_text(text)
     with pytest.raises(KubeError, match="cannot load the Kubernetes client configuration"):
         load_config(path)
+
+
+@pytest.mark.parametrize("through_env", [False, True])
+def test_a_huge_kubeconfig_is_refused_unread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                             through_env: bool) -> None:
+    """A kubeconfig was read whole, whatever its size (a sparse file of gigabytes is memory of gigabytes)."""
+    path = tmp_path / "config"
+    with path.open("wb") as f:
+        f.truncate(64 << 20)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("KUBECONFIG", str(path))
+    with pytest.raises(KubeError, match="byte limit"):
+        load_config(None if through_env else path)
