@@ -203,7 +203,9 @@ class RangeWindowFile:
 
     def load(self) -> int:
         try:
-            with self.path.open("rb") as f:
+            # O_NONBLOCK: a FIFO in its place cannot block the start (it reads as empty: malformed).
+            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            with os.fdopen(fd, "rb") as f:
                 raw = f.read(MAX_RANGES_FILE_BYTES + 1)
             if len(raw) > MAX_RANGES_FILE_BYTES:
                 raise ValueError("file too large")
@@ -222,7 +224,11 @@ class RangeWindowFile:
         self._saved = self.monotonic()
         tmp = self.path.with_name(self.path.name + ".tmp")
         try:
-            tmp.write_text(json.dumps(self.tracker.snapshot()))
+            # A fresh file, never followed: whatever was left at the temporary name (a symlink) goes first.
+            tmp.unlink(missing_ok=True)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+            with os.fdopen(fd, "w") as f:
+                f.write(json.dumps(self.tracker.snapshot()))
             os.replace(tmp, self.path)
         except OSError as e:
             log.warning("IP range window not saved", path=str(self.path), error=str(e))

@@ -410,15 +410,21 @@ def number(op: str, bound: float) -> Callable[[str], float]:
     return parse
 
 
+MAX_COUNT = 2**63 - 1
+"""The largest count: what SQLite's INTEGER holds (history's --limit is a LIMIT); more means nothing."""
+
+
 def count(minimum: int) -> Callable[[str], int]:
-    """A whole number >= minimum."""
+    """A whole number >= minimum, at most MAX_COUNT."""
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError as e:
-            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from e
+            raise argparse.ArgumentTypeError(f"not a whole number: {text[:40]!r}") from e
         if value < minimum:
             raise argparse.ArgumentTypeError(f"must be >= {minimum}: {text!r}")
+        if value > MAX_COUNT:
+            raise argparse.ArgumentTypeError(f"must be <= {MAX_COUNT}: {text[:40]!r}")
         return value
 
     parse.__name__ = "count"

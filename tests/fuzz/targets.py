@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 from hypothesis import strategies as st
 
+from nodegc.api.errors import KubeError
 from nodegc.api.objects import pod_from_object
 from nodegc.desired.snapshot import parse_snapshot
 from nodegc.desired.source import SourceError
@@ -358,6 +359,160 @@ def _check_pod_object(obj: Any) -> None:
     _check_pod(pod_from_object(obj))
 
 
+# -- YAML files the operator or the kubelet's user writes: agent config, kubeconfig, static pod manifests --
+
+
+def _bomb(depth: int) -> tuple[str, str]:
+    """Anchors whose last stands for 4**depth leaves (a walker that visits the graph as a tree explodes),
+    and its alias."""
+    parts = ['&a0 ["x", "x", "x", "x"]'] + [f"&a{i} [*a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}]"
+                                             for i in range(1, depth + 1)]
+    return "[" + ", ".join(parts) + "]", f"*a{depth}"
+
+
+@st.composite
+def _yaml_text(draw: st.DrawFn, keys: list[str], shape: Callable[[str, Any], Any],
+               base: dict[str, Any] | None = None) -> bytes:
+    """A YAML file: a document built from `keys` by `shape` (over a valid `base` half the time), or one of the
+    known bad forms in its place."""
+    how = draw(st.sampled_from(["doc", "doc", "doc", "bomb", "deep", "bigint", "nul", "binary", "multi", "noise"]))
+    key = draw(st.sampled_from(keys))
+    if how == "binary":
+        return bytes(draw(st.binary(max_size=200)))
+    if how == "deep":
+        depth = draw(st.sampled_from([200, 999, 1001, 3000]))
+        return f"{key}: {'[' * depth}{']' * depth}\n".encode()
+    if how == "bigint":
+        return f"{key}: {'9' * draw(st.integers(4000, 6000))}\n".encode()
+    if how == "bomb":  # at the key, or where `shape` puts a value below it (a manifest's metadata.namespace)
+        defs, alias = _bomb(draw(st.integers(4, 12)))  # 4**12: 16 million leaves as a tree
+        doc = dict(base or {}) | {key: shape(key, "@BOMB@")}
+        text = yaml.safe_dump(doc, width=1 << 20).replace("'@BOMB@'", alias)  # block style: not JSON-sniffed
+        return f"x: {defs}\n{text}".encode()
+    if how == "nul":
+        return f'{key}: "/a\\0b"\n'.encode()
+    if how == "noise":
+        return _fs_text(draw, [f"{k}:" for k in keys] + ["&a", "*a", "!!python/object", "---", "<<: *a"]).encode(
+            "utf-8", "surrogateescape")
+    doc = dict(base or {}) if draw(st.booleans()) else {}
+    doc |= {k: shape(k, draw(_json)) for k in draw(st.lists(st.sampled_from(keys), max_size=3 if doc else 6))}
+    text = yaml.safe_dump(doc, allow_unicode=False) if doc else ""
+    return (text + ("---\n" + text if how == "multi" else "")).encode("utf-8", "surrogatepass")
+
+
+_VALID_CONFIG = {"apiVersion": "nodegc.io/v1alpha1", "kind": "AgentConfig", "interval": "30s", "grace": "2m",
+                 "markRules": ["volume_mount=5,10m"], "dryRun": True, "kubeletRoot": "/var/lib/kubelet"}
+_CONFIG_KEYS = ["apiVersion", "kind", "interval", "consecutiveScans", "grace", "markRules", "dryRun", "maxShare",
+                "kubeletRoot", "stateDir", "metricsAddress", "logLevel", "unknownKey", "cniBinDirs"]
+
+
+def _check_agent_config(content: bytes) -> None:
+    import tempfile
+
+    from nodegc.config import apply
+    from nodegc.flags import build_parser
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "agent.yaml"
+        path.write_bytes(content)
+        parser = build_parser()
+        argv = ["agent", "--config", str(path)]
+        args = parser.parse_args(argv)
+        try:
+            apply(parser, "agent", argv, args, path)
+        except ValueError as e:  # ConfigError: one line that names the file, a bounded quote of the value
+            _expect(str(e).startswith(f"{path}: "), f"a config error that does not name the file: {e}")
+            _expect(len(str(e)) <= 2 * len(content) + 2000, f"a config error of {len(str(e))} characters")
+            raise
+        for value in vars(args).values():
+            if isinstance(value, (str, Path)):
+                _expect("\0" not in str(value), "a setting holding a NUL byte")
+
+
+_VALID_KUBECONFIG = {"current-context": "c", "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}],
+                     "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+                     "users": [{"name": "u", "user": {"token": "t"}}]}
+_KUBECONFIG_KEYS = ["clusters", "contexts", "users", "current-context", "preferences", "apiVersion"]
+
+
+def _kubeconfig_shape(key: str, value: Any) -> Any:
+    if key == "current-context":
+        return value if not isinstance(value, (list, dict)) else "c"
+    named = {"clusters": "cluster", "contexts": "context", "users": "user"}.get(key)
+    if named is None:
+        return value
+    body = {"cluster": {"server": "https://127.0.0.1:1", "insecure-skip-tls-verify": value},
+            "context": {"cluster": "c", "user": "u", "namespace": value},
+            "user": {"token": "t", "tokenFile": value if isinstance(value, str) else "/dev/null"}}[named]
+    return [{"name": "c" if named != "user" else "u", named: body}]
+
+
+def _check_kubeconfig(content: bytes) -> None:
+    import tempfile
+
+    from nodegc.api.client import load_config
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "config"
+        path.write_bytes(content)
+        load_config(path)
+
+
+_VALID_MANIFEST = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "etcd", "namespace": "kube-system"},
+                   "spec": {"containers": [{"name": "etcd"}], "hostNetwork": True}}
+_MANIFEST_KEYS = ["apiVersion", "kind", "metadata", "spec"]
+
+
+def _manifest_shape(key: str, value: Any) -> Any:
+    if key == "metadata":
+        named = isinstance(value, (list, dict)) or value == "@BOMB@"  # a bomb goes below a name that holds
+        return {"name": "p" if named else value, "namespace": value, "uid": value}
+    if key == "spec":
+        return {"containers": [{"name": value}], "hostNetwork": value}
+    return value
+
+
+def _check_static_manifest(content: bytes) -> None:
+    from nodegc.inventory.static_pods import _manifest
+
+    m = _manifest("/etc/kubernetes/manifests/p.yaml", content)
+    _expect(isinstance(m.name, str) and bool(m.name), "a manifest taken without a name")
+    _expect(isinstance(m.namespace, str) and len(m.namespace) < len(content) + 10, "a manifest's namespace")
+    _expect(m.uid is None or isinstance(m.uid, str), "a manifest's uid that is not text")
+    _expect(all(isinstance(c, str) for c in m.containers), "a container name that is not text")
+
+
+# -- the IP range window file ---------------------------------------------------------------------
+
+
+@st.composite
+def _range_window(draw: st.DrawFn) -> Any:
+    number = st.one_of(st.integers(-5, 10**6), st.integers(10**300, 10**400), st.floats(), st.booleans(),
+                       st.sampled_from([1.0e9, 1.7e9]))
+    row = st.one_of(st.lists(number, min_size=6, max_size=6), _json)
+    series = st.fixed_dictionaries({"network": st.sampled_from(["net", "net", "net", 5]),
+                                    "range": st.sampled_from(["10.0.0.0/24", "10.0.0.0/24", None]),
+                                    "samples": st.one_of(st.lists(row, max_size=4), st.lists(row, max_size=4), _json)})
+    return draw(st.one_of(_json, st.fixed_dictionaries({
+        "version": st.sampled_from([1, 1, 1, 2, "1", None]),
+        "node": st.sampled_from(["n1", "n1", None, None, "", 5, ["n1"]]),
+        "series": st.one_of(st.lists(series, max_size=3), _json)})))
+
+
+def _check_range_window(doc: Any) -> None:
+    import math
+
+    from nodegc.planning.ipranges import RangeTracker
+
+    tracker = RangeTracker(window_seconds=10**9)
+    taken = tracker.restore(doc, 2.0e9)
+    snapshot = tracker.snapshot()
+    rows = [r for s in snapshot["series"] for r in s["samples"]]
+    _expect(taken == len(rows), f"{taken} samples taken, {len(rows)} kept")
+    _expect(all(math.isfinite(v) and v >= 0 for r in rows for v in r), "a sample kept with a bad number")
+    json.dumps(snapshot, allow_nan=False)
+
+
 # -- netns names and link messages ----------------------------------------------------------------
 
 
@@ -602,4 +757,11 @@ TARGETS: tuple[Target, ...] = (
     Target("link_dump", _link_dump(), _check_link_dump, rejects=(NetlinkError,)),
     Target("ledger_roundtrip", _ledger_item(), _check_ledger),
     Target("correlate_plan", _scenario(), _check_pipeline),
+    Target("agent_config", _yaml_text(_CONFIG_KEYS, lambda _k, v: v, _VALID_CONFIG), _check_agent_config,
+           rejects=(ValueError,)),
+    Target("kubeconfig", _yaml_text(_KUBECONFIG_KEYS, _kubeconfig_shape, _VALID_KUBECONFIG), _check_kubeconfig,
+           rejects=(KubeError,)),
+    Target("static_pod_manifest", _yaml_text(_MANIFEST_KEYS, _manifest_shape, _VALID_MANIFEST),
+           _check_static_manifest, rejects=(ValueError,)),
+    Target("ip_range_window", _range_window(), _check_range_window),
 )

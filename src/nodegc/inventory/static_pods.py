@@ -56,6 +56,10 @@ def _manifest(path: str, content: bytes) -> StaticPodManifest:
         raise ValueError("the manifest has no metadata.name")
     namespace = meta.get("namespace") or "default"
     uid = meta.get("uid")
+    # Never str() of what is not a string: an alias bomb of a few hundred bytes is billions of strings.
+    for key, value in (("namespace", namespace), ("uid", uid)):
+        if value is not None and not isinstance(value, str):
+            raise ValueError(f"metadata.{key} is not a string")
     containers: list[str] = []
     for key in ("initContainers", "containers"):
         listed = spec.get(key) or []
@@ -64,8 +68,7 @@ def _manifest(path: str, content: bytes) -> StaticPodManifest:
         for c in listed:
             if isinstance(c, Mapping) and isinstance(c.get("name"), str):
                 containers.append(c["name"])
-    return StaticPodManifest(path=path, namespace=str(namespace), name=name,
-                             uid=uid if isinstance(uid, str) and uid else None, containers=tuple(containers),
+    return StaticPodManifest(path=path, namespace=namespace, name=name, uid=uid or None, containers=tuple(containers),
                              host_network=spec.get("hostNetwork") is True)
 
 

@@ -282,7 +282,12 @@ class Ledger:
         """The node this ledger belongs to; None: none recorded yet (a new ledger, or one of schema 4 or older,
         written before the node was recorded)."""
         rows = self._read("SELECT value FROM meta WHERE key = 'node'")
-        return str(_dec(rows[0][0])) if rows else None
+        if not rows:
+            return None
+        value = rows[0][0]
+        # A value that is not text names no node this one can be: shown escaped, it differs from every name,
+        # so the engine takes the ledger over (and records the right name) instead of failing every cycle.
+        return str(_dec(value)) if not isinstance(value, bytes) or _decodes(value) else _shown(value)
 
     def record_node(self, node: str) -> None:
         """Record `node` as the node this ledger belongs to (one that has none: its history is taken as
@@ -403,12 +408,16 @@ def _state_dir(ledger: Path) -> None:
 
 
 def _regular_or_absent(path: Path) -> None:
+    """lstat: a symlink planted at the ledger's name would have SQLite create or write the database wherever
+    it points, outside the state directory."""
     try:
-        mode = os.stat(path).st_mode
+        mode = os.lstat(path).st_mode
     except FileNotFoundError:
         return
     except OSError as e:
         raise LedgerError(_why(e)) from e
+    if stat.S_ISLNK(mode):
+        raise LedgerError(f"{path} is a symlink, not followed")
     if not stat.S_ISREG(mode):
         raise LedgerError(f"{path} is not a regular file")
 
@@ -463,12 +472,29 @@ def _enc(value: Any) -> Any:
 
 
 def _dec(value: Any) -> Any:
-    return value.decode("utf-8", "surrogatepass") if isinstance(value, bytes) else value
+    """The str `_enc` stored; a BLOB it did not write (a damaged or foreign ledger) is a LedgerError, never a
+    UnicodeDecodeError out of the ledger."""
+    if not isinstance(value, bytes):
+        return value
+    try:
+        return value.decode("utf-8", "surrogatepass")
+    except UnicodeDecodeError as e:
+        raise LedgerError(f"a ledger value is not text: {value[:40]!r}") from e
 
 
 def _shown(value: Any) -> str:
-    text = _dec(value)
-    return str(text).encode("utf-8", "backslashreplace").decode("utf-8")
+    """For the eye: whatever is not valid Unicode, backslash-escaped."""
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "surrogatepass" if _decodes(value) else "backslashreplace")
+    return str(value).encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _decodes(value: bytes) -> bool:
+    try:
+        value.decode("utf-8", "surrogatepass")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def _shown_opt(value: Any) -> str | None:

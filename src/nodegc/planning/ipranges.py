@@ -279,7 +279,10 @@ def _sample(row: object) -> Sample | None:
     if not (isinstance(row, list) and len(row) == 6 and all(isinstance(v, int | float) for v in row)):
         return None
     at, reserved, held, leaked, allocated, new_leaks = row
-    if not all(math.isfinite(v) and v >= 0 for v in row):
+    try:
+        if not all(math.isfinite(v) and v >= 0 for v in row):
+            return None
+    except OverflowError:  # an int too big for a float: no count of addresses is
         return None
     return Sample(at=float(at), reserved=int(reserved), held=int(held), leaked=int(leaked),
                   allocated=int(allocated), new_leaks=int(new_leaks))
