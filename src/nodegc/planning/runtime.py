@@ -41,8 +41,8 @@ _KUBELET_KINDS = frozenset({Kind.POD_DIR, Kind.VOLUME_MOUNT})
 
 def _waiting(f: Finding, why: str | None) -> Finding:
     """A pod directory or volume the rules without the runtime call residue, kept while the runtime cannot
-    be asked whether its pod still runs (its socket there, its answer not). A list that answers but misses
-    some running pods' sandboxes still shows the sandboxes it holds (`_running_pod`)."""
+    be asked whether its pod still runs: its socket there, its answer not, or a list that is not its whole
+    word (`runtime_unusable`; what such a list shows still counts: `_running_pod`)."""
     if not f.cls.is_residue or why is None:
         return f
     return dataclasses.replace(f, cls=FindingClass.PROTECTED,
@@ -468,7 +468,9 @@ class _Runtime:
         """A pod directory or volume the desired state calls residue (its pod absent, or terminal) while the
         runtime shows a sandbox of that UID READY, or with containers not exited: the pod still runs (an
         API that lost it, an etcd restored from a backup, a pod force-deleted before the kubelet stopped
-        it, a phase that went wrong). Its files and mounts are in use, as its network is."""
+        it, a phase that went wrong). Its files and mounts are in use, as its network is. A list that is not
+        the runtime's whole word (empty while pods run, or missing a running pod's sandbox) cannot say the pod
+        stopped, as an unreachable runtime cannot: they wait for its word (`_waiting`)."""
         if not f.cls.is_residue or f.owner.uid is None:
             return f
         for sb in self.index.by_pod.get(f.owner.uid, ()):
@@ -478,7 +480,7 @@ class _Runtime:
                 return dataclasses.replace(f, cls=FindingClass.IN_USE, evidence=(
                     *f.evidence, f"sandbox {short(sb.id)} of uid {f.owner.uid} is {why} in the runtime: the pod"
                     " still runs, whatever the API says"))
-        return f
+        return f if self.complete else _waiting(f, _unusable(self.ctx))
 
     def _dead_netns(self, f: Finding) -> Finding:
         """A mounted namespace nothing ties to anything (no sandbox, no cache entry, no pod's address): what

@@ -30,7 +30,6 @@ MISSING = view(sandbox("b", "uid-web"))
 """A list without `other`'s sandbox, which runs: not the node's whole word."""
 
 
-@pytest.mark.xfail(strict=True, reason="an incomplete list leaves the rules without the runtime to decide")
 @pytest.mark.parametrize(("runtime", "pods"), [(EMPTY, (WEB,)), (MISSING, (WEB, OTHER))],
                          ids=["empty_list", "list_missing_a_running_pod"])
 def test_a_list_that_is_not_the_runtimes_whole_word_keeps_them(runtime: RuntimeView, pods: tuple[Pod, ...]) -> None:
