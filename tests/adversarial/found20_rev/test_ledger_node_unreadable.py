@@ -29,7 +29,6 @@ def _spoil(db: Path) -> None:
     raw.close()
 
 
-@pytest.mark.xfail(strict=True, raises=UnicodeDecodeError, reason="a meta node not UTF-8")
 def test_an_unreadable_node_is_another_nodes_and_taken_over(tmp_path: Path) -> None:
     clock, db = Clock(), tmp_path / "ledger.db"
     assert [i.orphan_count for i in Node(clock, db, "node-a").cycles(2) if i] == [1, 2]
@@ -43,7 +42,6 @@ def test_an_unreadable_node_is_another_nodes_and_taken_over(tmp_path: Path) -> N
         assert _dead(ledger) is not None
 
 
-@pytest.mark.xfail(strict=True, raises=UnicodeDecodeError, reason="a meta node not UTF-8")
 def test_history_reads_a_ledger_whose_node_is_unreadable(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     clock, db = Clock(), tmp_path / defaults.LEDGER_FILE
     Node(clock, db, "node-a").cycles(1)
