@@ -314,7 +314,10 @@ class Ledger:
                           " FROM running_orphans")
         out: dict[str, OrphanSeen] = {}
         for raw in rows:
-            sid, uid, created, first, boot_id, boottime = (_dec(v) for v in raw)
+            try:
+                sid, uid, created, first, boot_id, boottime = (_dec(v) for v in raw)
+            except UnicodeDecodeError as e:
+                raise LedgerError(f"running orphan row {_shown(raw[0])!r} is unreadable: {e}") from e
             if not (isinstance(sid, str) and isinstance(uid, str) and isinstance(created, str)
                     and isinstance(first, int | float) and math.isfinite(first)):
                 raise LedgerError(f"running orphan row {_shown(sid)!r} is unreadable")
@@ -475,7 +478,10 @@ def _dec(value: Any) -> Any:
 
 
 def _shown(value: Any) -> str:
-    text = _dec(value)
+    try:
+        text = _dec(value)
+    except UnicodeDecodeError:  # bytes nodegc did not write (a row written by hand, a damaged copy)
+        return bytes(value).decode("utf-8", "backslashreplace")
     return str(text).encode("utf-8", "backslashreplace").decode("utf-8")
 
 
@@ -498,12 +504,12 @@ def _row(item: Item) -> tuple[Any, ...]:
 
 
 def _item(raw: tuple[Any, ...]) -> Item:
-    row = tuple(_dec(v) for v in raw)
     try:
+        row = tuple(_dec(v) for v in raw)
         identity: Identity = tuple((str(k), str(v)) for k, v in json.loads(row[4]))
         return Item(key=row[0], kind=Kind(row[1]), resource_id=row[2], phase=Phase(row[3]), identity=identity,
                     finding_class=row[5], owner_uid=row[6], owner_namespace=row[7], owner_name=row[8],
                     container_id=row[9], first_seen=row[10], last_seen=row[11], orphan_count=row[12],
                     attempts=row[13], next_attempt=row[14], last_error=row[15], lazy=bool(row[16]))
     except (ValueError, TypeError, RecursionError) as e:
-        raise LedgerError(f"ledger row {_shown(row[0])!r} is unreadable: {e}") from e
+        raise LedgerError(f"ledger row {_shown(raw[0])!r} is unreadable: {e}") from e
