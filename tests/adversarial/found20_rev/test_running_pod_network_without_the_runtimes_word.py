@@ -3,9 +3,8 @@ volumes while the runtime cannot be asked whether it still runs: unreachable, or
 whole word ('needs the runtime's word'). Its network is the same pod's and the same doubt, but the rules
 without the runtime still call it residue: its cache entry, address, namespace and veth are marked after K
 scans and the grace, the live GET of the lost pod answers 404, and CNI DEL takes the running pod's network
-away, the interface in its namespace first. Found on the way; not fixed here: keeping every attachment of a
-pod while the runtime cannot answer changes 'no usable view, no change' for the network as well, a decision
-of its own (docs/ownership.md, "With the runtime's word")."""
+away, the interface in its namespace first. Its network waits for the runtime's word as its directory does
+(docs/ownership.md, "With the runtime's word")."""
 
 from __future__ import annotations
 
@@ -37,8 +36,6 @@ def node(runtime: RuntimeView) -> Inventory:
                      veths=(veth(CID),), runtime=runtime)
 
 
-@pytest.mark.xfail(strict=True, reason="the network of a pod the API lost is residue while the runtime cannot"
-                                       " answer; its directory waits for the runtime's word")
 @pytest.mark.parametrize("runtime", [view(sandbox("b", "uid-web"), reachable=False), view()],
                          ids=["unreachable", "empty_list"])
 def test_the_network_of_a_pod_the_api_lost_waits_for_the_runtime(runtime: RuntimeView) -> None:
