@@ -149,10 +149,17 @@ def detects(monkeypatch: pytest.MonkeyPatch) -> list[DesiredState]:
 def test_the_runtime_check_is_made_against_the_proven_view(detects: list[DesiredState]) -> None:
     """The unproven view shows a running pod the runtime has no sandbox for; the proven one does not: the
     runtime's word is usable on the view the cycle acts on, and no read problem of the other view remains."""
-    source = Scripted((DB, GHOST), (DB,))
+    source = Scripted((DB,), (DB,))
     with Ledger(":memory:") as ledger:
-        report = engine(source, ledger, node(SANDBOX_DB)).cycle()
-        assert len(detects) == 2 and detects[1].pods == (DB,)
+        judge = engine(source, ledger, node(SANDBOX_DB))
+        judge.cycle()
+        judge.cycle()  # u-dead's directory marked; a dry run leaves it so, due at every cycle
+        # Nothing is residue on the unproven view (its runtime list is not the runtime's whole word): the
+        # due item makes the cycle take the proof.
+        source.fetched = (DB, GHOST)
+        del detects[:]
+        report = judge.cycle()
+        assert len(detects) >= 2 and detects[1].pods == (DB,)
         assert report.blocked == [], report.blocked
         assert report.problems == 0
 

@@ -811,8 +811,10 @@ class Reflector(Generic[T]):
         number = resource_version_number(rv)
         with self._lock:
             self._owned(run)
-            if rv is not None and (number is None or self._high_rv is None or number >= self._high_rv):
-                self._rv = rv  # never back to a version the view passed: the next watch would replay from it
+            if rv is not None and (self._high_rv is None or (number is not None and number >= self._high_rv)):
+                # Never back to a version the view passed (the next watch would replay from it), nor to one that
+                # cannot be placed after it (a bookmark's version a proxy made opaque: every watch refused).
+                self._rv = rv
             if number is not None and (self._high_rv is None or number > self._high_rv):
                 self._fresh_at = now
                 self._high_rv = number

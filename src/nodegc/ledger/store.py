@@ -280,7 +280,9 @@ class Ledger:
 
     def recorded_node(self) -> str | None:
         """The node this ledger belongs to; None: none recorded yet (a new ledger, or one of schema 4 or older,
-        written before the node was recorded)."""
+        written before the node was recorded). A value that is no name nodegc wrote (bytes that are not
+        UTF-8: a row written by hand, a damaged copy) is read with its bad bytes escaped: a name no node has,
+        so the engine takes the ledger over."""
         rows = self._read("SELECT value FROM meta WHERE key = 'node'")
         if not rows:
             return None

@@ -11,8 +11,10 @@ the runtime knows better (docs/ownership.md, "With the runtime's word"):
 - a netns path a sandbox names is that sandbox's;
 - an attachment of a NotReady sandbox the runtime still holds waits for the runtime's own teardown
   (the newest sandbox of a pod still starting stays protected);
-- without a usable view (no runtime, unreachable, an empty list on a node with running pods) nothing
-  changes: today's rules stand and nothing here is concluded.
+- without a runtime (none configured, its socket never there) today's rules stand; with one whose view is
+  not usable (unreachable, an empty or incomplete list on a node with running pods) nothing here is
+  concluded, and what today's rules call residue of a pod (its directory, volumes and attachments) waits
+  for the runtime's word: only the runtime could say that the pod no longer runs.
 """
 
 from __future__ import annotations
@@ -40,9 +42,9 @@ _KUBELET_KINDS = frozenset({Kind.POD_DIR, Kind.VOLUME_MOUNT})
 
 
 def _waiting(f: Finding, why: str | None) -> Finding:
-    """A pod directory or volume the rules without the runtime call residue, kept while the runtime cannot
-    be asked whether its pod still runs (its socket there, its answer not). A list that answers but misses
-    some running pods' sandboxes still shows the sandboxes it holds (`_running_pod`)."""
+    """A pod directory, volume or attachment the rules without the runtime call residue, kept while the
+    runtime cannot be asked whether its pod still runs: its socket there, its answer not, or a list that is
+    not its whole word (`runtime_unusable`; what such a list shows still counts: `_running_pod`, `_tied`)."""
     if not f.cls.is_residue or why is None:
         return f
     return dataclasses.replace(f, cls=FindingClass.PROTECTED,
@@ -91,9 +93,10 @@ def correlate_runtime(ctx: Context) -> None:
         return
     if not view.reachable:
         # The runtime that would say whether an absent or terminal pod still runs cannot answer: its
-        # directory and volumes wait for its word, as its log directory does (`correlate_pod_logs`).
+        # directory, volumes and network wait for its word, as its log directory does (`correlate_pod_logs`).
         why = _unusable(ctx)
-        ctx.findings[:] = [_waiting(f, why) if f.kind in _KUBELET_KINDS else f for f in ctx.findings]
+        ctx.findings[:] = [_waiting(f, why) if f.kind in _KUBELET_KINDS or f.kind in _RESIDUE_OF else f
+                           for f in ctx.findings]
         return
     # An incomplete list still proves what it shows (a READY sandbox is in use); it proves no absence.
     previous = ctx.runtime_pass if isinstance(ctx.runtime_pass, _Runtime) and ctx.runtime_pass.view is view else None
@@ -461,14 +464,16 @@ class _Runtime:
         if sb is not None:
             return self._tied(f, sb, f"container id {short(cid)} is sandbox {short(cid)} in the runtime")
         if not self.complete:
-            return self._protect_only(f, cid, ips)  # absent from an incomplete list proves nothing
+            return _waiting(self._protect_only(f, cid, ips), _unusable(self.ctx))  # absent from it proves nothing
         return self._unknown_to_runtime(f, cid, mtime, ips)
 
     def _running_pod(self, f: Finding) -> Finding:
         """A pod directory or volume the desired state calls residue (its pod absent, or terminal) while the
         runtime shows a sandbox of that UID READY, or with containers not exited: the pod still runs (an
         API that lost it, an etcd restored from a backup, a pod force-deleted before the kubelet stopped
-        it, a phase that went wrong). Its files and mounts are in use, as its network is."""
+        it, a phase that went wrong). Its files and mounts are in use, as its network is. A list that is not
+        the runtime's whole word (empty while pods run, or missing a running pod's sandbox) cannot say the pod
+        stopped, as an unreachable runtime cannot: they wait for its word (`_waiting`)."""
         if not f.cls.is_residue or f.owner.uid is None:
             return f
         for sb in self.index.by_pod.get(f.owner.uid, ()):
@@ -478,7 +483,7 @@ class _Runtime:
                 return dataclasses.replace(f, cls=FindingClass.IN_USE, evidence=(
                     *f.evidence, f"sandbox {short(sb.id)} of uid {f.owner.uid} is {why} in the runtime: the pod"
                     " still runs, whatever the API says"))
-        return f
+        return f if self.complete else _waiting(f, _unusable(self.ctx))
 
     def _dead_netns(self, f: Finding) -> Finding:
         """A mounted namespace nothing ties to anything (no sandbox, no cache entry, no pod's address): what
