@@ -10,38 +10,18 @@ import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from nodegc.desired.reflector import PodReflector
 from nodegc.desired.source import SourceError
-from tests.adversarial.found9.conftest import RawBody, send_raw_bodies
-from tests.api.fakeapi import FakeKubeAPI, Reply
-
-NODE = "node-a"
-
-
-def pod(name: str) -> dict[str, Any]:
-    return {"metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}",
-                         "creationTimestamp": "2024-05-01T10:00:00Z"},
-            "spec": {"nodeName": NODE, "containers": [{"name": "app", "image": "busybox"}]},
-            "status": {"phase": "Running", "podIP": "10.0.0.1"}}
+from tests.adversarial.watch_answers import first_watch_answers, line, pod, reflector, wait, watch_api
+from tests.api.fakeapi import FakeKubeAPI
 
 
 @pytest.fixture
 def api() -> Iterator[FakeKubeAPI]:
-    with FakeKubeAPI(bookmark_interval=0.05, kubelets=(NODE,)) as server:
+    with watch_api() as server:
         yield server
-
-
-def _wait(check: Any, timeout: float = 20.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 @pytest.mark.parametrize("kind", ["DELETED", "MODIFIED"])
@@ -54,25 +34,12 @@ def test_an_event_behind_the_view_does_not_change_a_proven_view(
     replayed = json.loads(json.dumps(old))
     if kind == "MODIFIED":  # a1 as it was before it ran, at its old version: moved to another node
         replayed["spec"]["nodeName"] = "node-b"
-    line = (json.dumps({"type": kind, "object": replayed}) + "\n").encode()
-    handle = api.handle
-    watches = [0]
-
-    def wrap(method: str, raw_path: str, headers: Any, raw_body: bytes = b"") -> Any:
-        if method == "GET" and "watch=true" in raw_path:
-            watches[0] += 1
-            if watches[0] == 1:
-                return Reply(200, RawBody(line))
-        return handle(method, raw_path, headers, raw_body)
-
-    monkeypatch.setattr(api, "handle", wrap)
-    send_raw_bodies(monkeypatch)
-    ref = PodReflector(NODE, kubeconfig=kubeconfig, resync_seconds=60.0, idle_timeout_seconds=0.5,
-                       request_timeout=2.0, retry_seconds=0.02, max_retry_seconds=0.2)
+    asked = first_watch_answers(api, monkeypatch, line(kind, replayed))
+    ref = reflector(kubeconfig)
     try:
         ref.start()
         assert ref.wait_synced(20)
-        assert _wait(lambda: watches[0] >= 2)  # the replay answered, and the watch went on after it
+        assert wait(lambda: len(asked) >= 2)  # the replay answered, and the watch went on after it
         assert ref.stats()["relists_replayed"] >= 1, "the replay is counted apart (its own alert)"
         time.sleep(0.5)
         try:
@@ -91,26 +58,13 @@ def test_a_bookmark_behind_the_view_does_not_move_the_watch_back(
     api.add_pod(pod("a1"))
     old = api.resource_version
     api.add_pod(pod("a2"))
-    line = (json.dumps({"type": "BOOKMARK", "object": {"kind": "Pod", "apiVersion": "v1",
-                                                        "metadata": {"resourceVersion": str(old)}}}) + "\n").encode()
-    handle = api.handle
-    asked: list[str] = []
-
-    def wrap(method: str, raw_path: str, headers: Any, raw_body: bytes = b"") -> Any:
-        if method == "GET" and "watch=true" in raw_path:
-            asked.append(raw_path)
-            if len(asked) == 1:
-                return Reply(200, RawBody(line))
-        return handle(method, raw_path, headers, raw_body)
-
-    monkeypatch.setattr(api, "handle", wrap)
-    send_raw_bodies(monkeypatch)
-    ref = PodReflector(NODE, kubeconfig=kubeconfig, resync_seconds=60.0, idle_timeout_seconds=0.5,
-                       request_timeout=2.0, retry_seconds=0.02, max_retry_seconds=0.2)
+    asked = first_watch_answers(api, monkeypatch, line(
+        "BOOKMARK", {"kind": "Pod", "apiVersion": "v1", "metadata": {"resourceVersion": str(old)}}))
+    ref = reflector(kubeconfig)
     try:
         ref.start()
         assert ref.wait_synced(20)
-        assert _wait(lambda: len(asked) >= 2)
+        assert wait(lambda: len(asked) >= 2)
         listed = ref.resource_version()
         assert listed is not None and listed > old
         assert f"resourceVersion={listed}" in asked[1], asked[1]
