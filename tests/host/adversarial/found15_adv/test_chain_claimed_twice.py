@@ -9,23 +9,11 @@ A chain (with the jumps into it) goes only while every comment in it names the a
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 
 from nodegc.inventory.scanning import scan_node
 from nodegc.reclaim.teardown import Teardown, chain_name, identifier, plan, tear_down
 from nodegc.sandbox.node import NETWORK_NAME, SandboxNode
-
-
-@pytest.fixture
-def node(tmp_path: Path) -> Iterator[SandboxNode]:
-    made = SandboxNode.create(tmp_path, plugins=("bridge", "portmap", "firewall"))
-    try:
-        yield made
-    finally:
-        made.close()
 
 
 @pytest.mark.parametrize("where", ["rule", "jump"])

@@ -22,13 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from nodegc.desired.snapshot import SnapshotSource
-from nodegc.engine.cycle import Engine, EngineSettings
-from nodegc.ledger.store import Ledger
-from nodegc.planning.correlate import CorrelationPolicy
-from nodegc.planning.phases import PhasePolicy
-from nodegc.reclaim.dispatch import HostExecutor
 from nodegc.sandbox.node import SandboxNode
+from tests.host.adversarial.found15_adv.one_cycle import run_cycle
 
 
 @pytest.fixture
@@ -54,16 +49,6 @@ def plant(node: SandboxNode, *, container_id: str, network: str, ipam: dict[str,
     old = time.time() - 3600
     os.utime(path, (old, old))
     return path
-
-
-def run_cycle(node: SandboxNode, ledger_path: Path) -> list[tuple[str, str]]:
-    source = SnapshotSource(node.write_snapshot(node.root / "pods.json"), node.node_name)
-    settings = EngineSettings(phases=PhasePolicy(consecutive_scans=1, grace_seconds=0),
-                              correlation=CorrelationPolicy(min_age_seconds=0))
-    with Ledger(ledger_path) as ledger:
-        report = Engine(roots=node.roots, source=source, ledger=ledger, executor=HostExecutor(node.roots),
-                        settings=settings).cycle()
-    return [(item.key, outcome.detail) for item, outcome in report.outcomes]
 
 
 @pytest.mark.parametrize("how", ["data_dir", "network_name"])

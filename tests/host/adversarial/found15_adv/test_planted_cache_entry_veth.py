@@ -15,32 +15,19 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from nodegc.desired.snapshot import SnapshotSource
-from nodegc.engine.cycle import Engine, EngineSettings
 from nodegc.inventory.scanning import scan_node
-from nodegc.ledger.store import Ledger
 from nodegc.model.findings import FindingClass
 from nodegc.model.resources import Kind
 from nodegc.planning.correlate import CorrelationPolicy, correlate
-from nodegc.planning.phases import PhasePolicy
-from nodegc.reclaim.dispatch import HostExecutor
 from nodegc.sandbox.node import SandboxNode, SandboxPod
+from tests.host.adversarial.found15_adv.one_cycle import run_cycle
 
 PLANTED_ID = "f" * 64
-
-
-@pytest.fixture
-def node(tmp_path: Path) -> Iterator[SandboxNode]:
-    made = SandboxNode.create(tmp_path, plugins=("bridge", "portmap", "firewall"))
-    try:
-        yield made
-    finally:
-        made.close()
 
 
 def plant(node: SandboxNode, live: SandboxPod, *, netns: str) -> Path:
@@ -58,16 +45,6 @@ def plant(node: SandboxNode, live: SandboxPod, *, netns: str) -> Path:
     old = time.time() - 3600
     os.utime(planted, (old, old))
     return planted
-
-
-def run_cycle(node: SandboxNode, ledger_path: Path) -> list[tuple[str, str]]:
-    source = SnapshotSource(node.write_snapshot(node.root / "pods.json"), node.node_name)
-    policy = CorrelationPolicy(min_age_seconds=0)
-    settings = EngineSettings(phases=PhasePolicy(consecutive_scans=1, grace_seconds=0), correlation=policy)
-    with Ledger(ledger_path) as ledger:
-        report = Engine(roots=node.roots, source=source, ledger=ledger, executor=HostExecutor(node.roots),
-                        settings=settings).cycle()
-    return [(item.key, outcome.detail) for item, outcome in report.outcomes]
 
 
 @pytest.mark.parametrize("where", ["missing", "another_pods"])

@@ -16,30 +16,13 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
-from nodegc.desired.snapshot import SnapshotSource
-from nodegc.engine.cycle import Engine, EngineSettings
-from nodegc.ledger.store import Ledger
-from nodegc.planning.correlate import CorrelationPolicy
-from nodegc.planning.phases import PhasePolicy
-from nodegc.reclaim.dispatch import HostExecutor
 from nodegc.sandbox.node import SandboxNode
+from tests.host.adversarial.found15_adv.one_cycle import run_cycle
 
 SECOND = "10.99.0.5"
 STALE_ID = "f" * 64
-
-
-@pytest.fixture
-def node(tmp_path: Path) -> Iterator[SandboxNode]:
-    made = SandboxNode.create(tmp_path, plugins=("bridge", "portmap", "firewall"))
-    try:
-        yield made
-    finally:
-        made.close()
 
 
 def test_stale_entry_leaves_the_rules_of_a_live_pods_unreserved_address(node: SandboxNode, tmp_path: Path) -> None:
@@ -64,13 +47,7 @@ def test_stale_entry_leaves_the_rules_of_a_live_pods_unreserved_address(node: Sa
     old = time.time() - 3600
     os.utime(stale, (old, old))
 
-    source = SnapshotSource(node.write_snapshot(node.root / "pods.json"), node.node_name)
-    settings = EngineSettings(phases=PhasePolicy(consecutive_scans=1, grace_seconds=0),
-                              correlation=CorrelationPolicy(min_age_seconds=0))
-    with Ledger(tmp_path / "ledger.db") as ledger:
-        report = Engine(roots=node.roots, source=source, ledger=ledger, executor=HostExecutor(node.roots),
-                        settings=settings).cycle()
-    outcomes = [(item.key, outcome.detail) for item, outcome in report.outcomes]
+    outcomes = run_cycle(node, tmp_path / "ledger.db")
     rules = node.node_exec("iptables-save")
     assert f"-A CNI-FORWARD -s {SECOND}/32 -j ACCEPT" in rules, outcomes
     assert f"-A CNI-FORWARD -d {SECOND}/32" in rules, outcomes
