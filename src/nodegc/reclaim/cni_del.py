@@ -249,6 +249,8 @@ def plugins_of(config_json: str) -> tuple[str, str, list[Mapping[str, Any]]]:
         conf = json.loads(config_json)
     except ValueError as e:
         raise ValueError(f"not JSON: {e}") from e
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
     if not isinstance(conf, dict):
         raise ValueError("not an object")
     name = conf.get("name")
@@ -272,6 +274,8 @@ def _capability_args(raw: str | None) -> Mapping[str, Any]:
         value = json.loads(raw)
     except ValueError as e:
         raise ValueError(f"capabilityArgs not JSON: {e}") from e
+    except RecursionError:
+        raise ValueError("capabilityArgs nested too deeply") from None
     if value is None:
         return {}
     if not isinstance(value, dict):

@@ -28,8 +28,11 @@ def find_plugin(plugin_type: str, cni_path: Sequence[Path]) -> Path:
         raise CNIError(f"invalid plugin type {plugin_type!r}")
     for directory in cni_path:
         candidate = directory / plugin_type
-        if candidate.is_file() and os.access(candidate, os.X_OK):
-            return candidate
+        try:
+            if candidate.is_file() and os.access(candidate, os.X_OK):
+                return candidate
+        except OSError as e:  # a name too long for the file system (ENAMETOOLONG), an unreadable directory
+            raise CNIError(f"plugin {plugin_type[:64]!r} cannot be looked for in {directory}: {e.strerror}") from e
     raise CNIError(f"plugin {plugin_type!r} not found in {':'.join(map(str, cni_path))}")
 
 
@@ -58,7 +61,7 @@ def error_message(stdout: bytes, stderr: bytes) -> str:
     """Plugins report errors as JSON on stdout; fall back to raw output when they do not."""
     try:
         doc = json.loads(stdout)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested too deeply to be a plugin's error
         doc = None
     if isinstance(doc, dict) and "msg" in doc:
         msg = str(doc["msg"])
