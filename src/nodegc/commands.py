@@ -476,8 +476,11 @@ def cmd_explain(settings: ExplainSettings) -> int:
 
 
 def _node(node: str | None) -> str:
-    """The node the ledger belongs to, as the readers print it (`Ledger.recorded_node`)."""
-    return node if node is not None else "- (none recorded yet)"
+    """The node the ledger belongs to, as the readers print it (`Ledger.recorded_node`): a name may come from
+    a snapshot file's nodeName, so what a terminal would take for a control sequence is shown escaped."""
+    if node is None:
+        return "- (none recorded yet)"
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in node)
 
 
 def _why(item: Item) -> str:

@@ -62,3 +62,15 @@ def test_a_ledger_with_no_node_recorded_says_so(tmp_path: Path, capsys: pytest.C
     assert yaml.safe_load(_run(capsys, "explain", KEY, "--state-dir", str(state), "-o", "yaml"))["node"] is None
     assert _run(capsys, "history", "--state-dir", str(state)).startswith("node - (none recorded yet)  ledger ")
     assert "node      - (none recorded yet)\n" in _run(capsys, "explain", KEY, "--state-dir", str(state))
+
+
+def test_a_node_name_with_control_characters_is_shown_escaped(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """The recorded node may come from a snapshot file's nodeName: the table does not pass a terminal escape
+    sequence through; the documents keep the name as it is (JSON escapes it)."""
+    state = tmp_path / "state"
+    _ledger(state, "node-\x1b[2Jb\n")
+    table = _run(capsys, "history", "--state-dir", str(state)).splitlines()
+    assert table[0] == f"node node-\\x1b[2Jb\\n  ledger {state / 'ledger.db'}"
+    doc = json.loads(_run(capsys, "history", "--state-dir", str(state), "-o", "json"))
+    assert doc["node"] == "node-\x1b[2Jb\n"
