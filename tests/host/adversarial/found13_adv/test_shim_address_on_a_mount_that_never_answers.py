@@ -10,7 +10,6 @@ goes on."""
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import signal
 import socket
@@ -23,6 +22,7 @@ from pathlib import Path
 from nodegc.inventory.cri.leftovers import read_leftovers
 from nodegc.model.resources import ReadProblem
 from nodegc.model.runtime import RuntimeLeftover
+from tests.host.adversarial.unserved_fuse import mount_unserved_fuse, unmount_lazily
 
 _SHIM = "/usr/bin/containerd-shim-runc-v2"
 SID = "ab" * 32
@@ -89,10 +89,7 @@ def test_a_shim_address_through_a_mount_that_never_answers_here_does_not_hold_th
     server.bind(str(endpoint))
     hung = tmp_path / "hung"
     hung.mkdir()
-    fd = os.open("/dev/fuse", os.O_RDWR)
-    libc = ctypes.CDLL(None, use_errno=True)
-    opts = f"fd={fd},rootmode=40000,user_id=0,group_id=0".encode()
-    assert libc.mount(b"nodegc-test", os.fsencode(hung), b"fuse", 0, opts) == 0, os.strerror(ctypes.get_errno())
+    fd = mount_unserved_fuse(hung)
     shim = (f'echo up && exec -a {_SHIM} "$0" -c "import time; time.sleep(600)" -namespace k8s.io -id {SID}'
             ' -address "$1"')
     proc = subprocess.Popen(["bash", "-c", shim, sys.executable, str(hung / "containerd.sock")],
@@ -119,5 +116,5 @@ def test_a_shim_address_through_a_mount_that_never_answers_here_does_not_hold_th
         os.close(fd)  # the FUSE connection ends: a lookup still waiting fails
         if scan is not None:
             scan.join(10)
-        libc.umount2(os.fsencode(hung), 2)  # MNT_DETACH
+        unmount_lazily(hung)
         server.close()

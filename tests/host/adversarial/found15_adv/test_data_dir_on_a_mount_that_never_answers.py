@@ -10,7 +10,6 @@ resolved): nothing the entry names is looked up.
 from __future__ import annotations
 
 import base64
-import ctypes
 import json
 import os
 import threading
@@ -22,6 +21,7 @@ from nodegc.reclaim.cni_del import cni_del
 from nodegc.reclaim.outcomes import Outcome
 from nodegc.reclaim.teardown import Teardown, plan
 from nodegc.settings import Roots
+from tests.host.adversarial.unserved_fuse import mount_unserved_fuse, unmount_lazily
 
 NET = "k8s-pod-network"
 CID = "c" * 64
@@ -43,10 +43,7 @@ def _entry(data: Path, data_dir: str) -> CNICacheEntry:
 def test_a_data_dir_that_never_answers_holds_no_step(tmp_path: Path) -> None:
     hung = tmp_path / "hung"
     hung.mkdir()
-    fd = os.open("/dev/fuse", os.O_RDWR)
-    libc = ctypes.CDLL(None, use_errno=True)
-    opts = f"fd={fd},rootmode=40000,user_id=0,group_id=0".encode()
-    assert libc.mount(b"nodegc-test", os.fsencode(hung), b"fuse", 0, opts) == 0, os.strerror(ctypes.get_errno())
+    fd = mount_unserved_fuse(hung)
     steps: list[threading.Thread] = []
     try:
         data = tmp_path / "cni"
@@ -68,4 +65,4 @@ def test_a_data_dir_that_never_answers_holds_no_step(tmp_path: Path) -> None:
         os.close(fd)  # the FUSE connection ends: a lookup still waiting fails
         for step in steps:
             step.join(10)
-        libc.umount2(os.fsencode(hung), 2)  # MNT_DETACH
+        unmount_lazily(hung)
