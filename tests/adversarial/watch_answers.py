@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from nodegc.desired.reflector import PodReflector
+from nodegc.desired.source import SourceError
 from tests.adversarial.found9.conftest import RawBody, send_raw_bodies
 from tests.api.fakeapi import FakeKubeAPI, Reply
 
@@ -68,3 +69,21 @@ def first_watch_answers(api: FakeKubeAPI, monkeypatch: pytest.MonkeyPatch, raw: 
 def reflector(kubeconfig: Any, *, resync_seconds: float = 60.0) -> PodReflector:
     return PodReflector(NODE, kubeconfig=kubeconfig, resync_seconds=resync_seconds, idle_timeout_seconds=0.5,
                         request_timeout=2.0, retry_seconds=0.02, max_retry_seconds=0.2)
+
+
+def past_first_answer(ref: PodReflector, asked: list[str], *, settle: float = 0.5) -> None:
+    """Start `ref`, and return once it has listed, taken the first watch's answer and watched again, plus
+    `settle` seconds for whatever that answer makes it do."""
+    ref.start()
+    assert ref.wait_synced(20)
+    assert wait(lambda: len(asked) >= 2)  # the first answer taken, and the watch went on after it
+    time.sleep(settle)
+
+
+def proven_names(ref: PodReflector) -> list[str] | None:
+    """The names of the pods of `ref`'s proven view, sorted; None: the view was refused (nothing acts on it)."""
+    try:
+        view = ref.proven(max_age_seconds=40.0)
+    except SourceError:
+        return None
+    return sorted(p.name for p in view.pods)

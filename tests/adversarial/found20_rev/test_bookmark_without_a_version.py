@@ -6,14 +6,20 @@ until the resync: the view went stale and every cycle was refused meanwhile, nev
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from tests.adversarial.watch_answers import first_watch_answers, line, pod, reflector, wait, watch_api
+from tests.adversarial.watch_answers import (
+    first_watch_answers,
+    line,
+    past_first_answer,
+    pod,
+    reflector,
+    watch_api,
+)
 from tests.api.fakeapi import FakeKubeAPI
 
 
@@ -31,10 +37,7 @@ def test_a_bookmark_without_a_comparable_version_is_not_resumed_from(
                                                                     "metadata": {"resourceVersion": version}}))
     ref = reflector(kubeconfig, resync_seconds=600.0)
     try:
-        ref.start()
-        assert ref.wait_synced(20)
-        assert wait(lambda: len(asked) >= 2)  # the bookmark answered, and the watch went on after it
-        time.sleep(0.5)
+        past_first_answer(ref, asked)
         resumed = [parse_qs(urlsplit(path).query).get("resourceVersion", [""])[0] for path in asked]
         assert all(rv.isdigit() for rv in resumed), resumed
         assert [p.name for p in ref.proven(max_age_seconds=40.0).pods] == ["a1"]
